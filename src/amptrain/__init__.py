@@ -1,0 +1,26 @@
+"""amptrain: train Transformer models fast and without numeric surprises in mixed precision.
+
+    import amptrain
+    amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
+"""
+
+__version__ = "0.1.0"
+
+
+def fit(config_path, overrides=(), run_dir=None, overwrite=False):
+    """Trains (or resumes) a run from a TOML config; see `amptrain.api.fit`."""
+    from amptrain import api
+
+    return api.fit(config_path, overrides, run_dir=run_dir, overwrite=overwrite)
+
+
+def evaluate(run_dir, split="test", data=None):
+    from amptrain import api
+
+    return api.evaluate(run_dir, split=split, data=data)
+
+
+def predict(run_dir, texts):
+    from amptrain import api
+
+    return api.predict(run_dir, texts)

@@ -1,0 +1,5 @@
+import sys
+
+from amptrain.cli import main
+
+sys.exit(main())

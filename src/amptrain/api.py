@@ -1,0 +1,129 @@
+"""The Python entry points behind the CLI: fit, evaluate, predict.
+
+    import amptrain
+    amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
+    amptrain.evaluate("runs/classify-spam", split="test")
+    amptrain.predict("runs/classify-spam", ["see you at lunch"])
+"""
+
+import os
+import shutil
+
+from amptrain import config as config_lib
+from amptrain.errors import ConfigError, UserError
+
+RUNS_DIR = "runs"
+
+
+def fit(config_path, overrides=(), run_dir=None, overwrite=False):
+    """Trains (or resumes) a run; returns {"run_dir", "test": test metrics}."""
+    config = config_lib.load_config(config_path, overrides)
+    run_dir = os.path.abspath(run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
+    _claim_run_dir(config, run_dir, overwrite)
+    logger = _start(config, run_dir)
+    logger.info(f"run folder {run_dir}")
+
+    from amptrain import distribute
+    from amptrain.engine.loop import Job, run_training
+    from amptrain.precision.policy import select_policy
+    from amptrain.tasks import TASKS
+
+    policy, reason = select_policy(config.precision.policy)
+    strategy = distribute.select_strategy(config.runtime)
+    task = TASKS[config.task](config, run_dir)
+    task.prepare()
+    with strategy.scope():
+        model = task.build_model(policy)
+    job = Job(
+        model=model,
+        loss_fn=task.loss_fn,
+        train_dataset=task.train_dataset,
+        steps_per_epoch=task.steps_per_epoch,
+        evaluate=task.evaluate,
+        primary_metric=task.primary_metric,
+        has_dev="dev" in task.splits,
+        has_test="test" in task.splits,
+    )
+    test_metrics = run_training(job, config, run_dir, strategy, policy, reason)
+    if test_metrics:
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
+        logger.info(f"test (best checkpoint): {shown}")
+    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test.jsonl, tensorboard/, checkpoints/")
+    return {"run_dir": run_dir, "test": test_metrics}
+
+
+def _claim_run_dir(config, run_dir, overwrite):
+    """Refuses to resume a run folder whose config differs in more than run length."""
+    saved_path = os.path.join(run_dir, "config.toml")
+    if overwrite and os.path.exists(run_dir):
+        shutil.rmtree(run_dir)
+    elif os.path.exists(saved_path):
+        saved = config_lib.load_config(saved_path, base_dir=run_dir)
+        differing = config_lib.differing_keys(saved, config)
+        if differing:
+            raise ConfigError(
+                f"{run_dir} holds a run with a different config ({', '.join(differing)}); "
+                "pass --overwrite to start afresh, or --run-dir for a new folder"
+            )
+    os.makedirs(run_dir, exist_ok=True)
+    config_lib.save_config(config, saved_path)
+
+
+def _start(config, run_dir):
+    """Logging, seeds and determinism: the process-wide settings of a run."""
+    import keras
+    import tensorflow as tf
+
+    from amptrain.engine.telemetry import setup_logging
+
+    logger = setup_logging(run_dir)
+    keras.utils.set_random_seed(config.runtime.seed)
+    if config.runtime.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return logger
+
+
+def load_run(run_dir, split_names):
+    """A trained run's task and model with its best weights, and a predict function."""
+    import tensorflow as tf
+
+    from amptrain.engine.checkpoints import restore_weights
+    from amptrain.engine.trainer import Trainer
+    from amptrain.precision.policy import select_policy
+    from amptrain.tasks import TASKS
+
+    saved_path = os.path.join(run_dir, "config.toml")
+    if not os.path.exists(saved_path):
+        raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
+    config = config_lib.load_config(saved_path, base_dir=run_dir)
+    task = TASKS[config.task](config, run_dir)
+    task.prepare(split_names)
+    policy, _ = select_policy(config.precision.policy)
+    model = task.build_model(policy)
+    try:
+        checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"))
+    except FileNotFoundError:
+        raise UserError(f"{run_dir}: no checkpoint yet; train first with `amptrain fit`") from None
+    trainer = Trainer(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
+    return task, trainer.predict, checkpoint
+
+
+def evaluate(run_dir, split="test", data=None):
+    """Scores a split (or another labelled file) with the run's best checkpoint."""
+    from amptrain.engine.telemetry import setup_logging
+
+    setup_logging(run_dir)
+    task, predict, checkpoint = load_run(run_dir, () if data else (split,))
+    if data:
+        split = "data"
+        task.add_split(split, os.path.abspath(data))
+    elif split not in task.splits:
+        raise UserError(f"{run_dir}: the run's config has no data.{split} file; pass --data PATH")
+    metrics = task.evaluate(split, predict, None)
+    return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
+
+
+def predict(run_dir, texts):
+    """Labels and class probabilities for each text, with the run's best checkpoint."""
+    task, predict_fn, _ = load_run(run_dir, ())
+    return task.predict_texts(predict_fn, list(texts))

@@ -1,0 +1,96 @@
+"""The `amptrain` command: fit, eval, predict. Thin: the work is in `amptrain.api`.
+
+    amptrain fit configs/classify-spam.toml --set train.steps=200
+    amptrain eval runs/classify-spam --split test
+    amptrain predict runs/classify-spam --text "see you at lunch"
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv=None):
+    parser = _parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    from amptrain.errors import UserError
+
+    try:
+        return args.run(args)
+    except UserError as error:
+        print(f"amptrain: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("amptrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    fit = commands.add_parser("fit", help="train (or resume) a run, then score its test split")
+    fit.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    fit.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     help="override a config value (repeatable); the value is read as TOML, else as a string")
+    fit.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
+    fit.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
+    fit.set_defaults(run=_fit)
+
+    evaluate = commands.add_parser("eval", help="score a split with a run's best checkpoint")
+    evaluate.add_argument("run_dir")
+    evaluate.add_argument("--split", default="test", choices=("dev", "test"))
+    evaluate.add_argument("--data", help="score this labelled file instead of a split of the config")
+    evaluate.set_defaults(run=_eval)
+
+    predict = commands.add_parser("predict", help="label texts with a run's best checkpoint (JSON lines out)")
+    predict.add_argument("run_dir")
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", action="append", help="a text to label (repeatable)")
+    source.add_argument("--input", help="a file of texts, one a line")
+    predict.set_defaults(run=_predict)
+    return parser
+
+
+def _fit(args):
+    from amptrain import api
+
+    try:
+        api.fit(args.config, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
+    except Exception as error:
+        from amptrain.engine.loop import Interrupted
+
+        if isinstance(error, Interrupted):
+            print("amptrain: stopped by SIGTERM after saving a checkpoint", file=sys.stderr)
+            return 143
+        raise
+    return 0
+
+
+def _eval(args):
+    from amptrain import api
+
+    print(json.dumps(api.evaluate(args.run_dir, split=args.split, data=args.data)))
+    return 0
+
+
+def _predict(args):
+    from amptrain import api
+    from amptrain.errors import UserError
+
+    texts = args.text
+    if args.input:
+        try:
+            with open(args.input, encoding="utf-8") as f:
+                texts = [line.rstrip("\n") for line in f if line.strip()]
+        except OSError as error:
+            raise UserError(f"{args.input}: {error.strerror}") from None
+    for record in api.predict(args.run_dir, texts):
+        print(json.dumps(record, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""One frozen configuration tree a run: TOML plus `--set section.key=value` overrides.
+
+    config = load_config("configs/classify-spam.toml", ["train.steps=200"])
+    config.train.batch_size  # 32
+
+Unknown keys, wrong types and impossible values stop the run before any work, with
+a message naming the key, what was expected and what was received.
+"""
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Optional
+
+import tomli_w
+
+from amptrain.errors import ConfigError
+
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+STRATEGIES = ("default",)
+TASK_NAMES = ("classification",)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    format: str = "auto"  # csv | tsv | jsonl | auto (from the file's extension)
+    text_column: str = "text"
+    label_column: str = "label"
+    vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
+    vocabulary_size: int = 8000
+    lowercase: bool = True
+    max_length: int = 128
+    bucketing: bool = True
+    num_buckets: int = 6
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int = 2
+    hidden_dim: int = 64
+    num_heads: int = 4
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    policy: str = "auto"
+    initial_scale: float = 2.0**15
+    growth_interval: int = 2000
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    strategy: str = "default"
+    jit_compile: bool = False
+    steps_per_execution: int = 1
+    seed: int = 0
+    deterministic: bool = False
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: Optional[int] = None  # when given, wins over epochs
+    epochs: int = 3
+    batch_size: int = 32
+    optimizer: str = "adamw"  # adam | adamw
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    decay: str = "cosine"  # cosine | linear | constant
+    clip_norm: float = 1.0  # 0 turns clipping off
+    log_every: int = 25
+    eval_every: int = 0  # 0: once an epoch
+    checkpoint_every: int = 100
+    max_to_keep: int = 3
+    patience: int = 0  # evaluations without improvement before stopping; 0: never
+
+
+@dataclass(frozen=True)
+class Config:
+    task: str = "classification"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "task"}
+# Keys that only say how long to train: a rerun may change them and still resume.
+RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
+PATH_KEYS = ("data.train", "data.dev", "data.test", "data.vocabulary")
+
+
+def load_config(path, overrides=(), base_dir=None):
+    """Reads a TOML file, applies `section.key=value` overrides and validates.
+
+    Relative paths in the file and the overrides resolve against `base_dir`
+    (default: the directory the command runs in).
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    return config_from_dict(raw, overrides, base_dir=base_dir, source=str(path))
+
+
+def config_from_dict(raw, overrides=(), base_dir=None, source="config"):
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    if isinstance(overrides, dict):
+        overrides = [(k, v) for k, v in overrides.items()]
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        section, _, name = key.partition(".")
+        if not name:
+            if key != "task":
+                raise ConfigError(f"--set {key}: expected section.key=value, e.g. train.steps=200")
+            raw["task"] = value
+            continue
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        raw[section][name] = value
+    config = _build(raw, source)
+    config = _resolve_paths(config, base_dir or os.getcwd())
+    validate(config)
+    return config
+
+
+def parse_override(text):
+    """`train.steps=200` -> ("train.steps", 200); a bare word that is no TOML value is a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. train.steps=200")
+    value = value.strip()
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _build(raw, source):
+    task = raw.pop("task", Config.task)
+    if not isinstance(task, str):
+        raise ConfigError(f"{source}: task: expected a string, received {task!r}")
+    sections = {}
+    for name, value in raw.items():
+        if name not in SECTIONS:
+            raise ConfigError(
+                f"{source}: unknown section or key {name!r}; expected one of: task, "
+                + ", ".join(f"[{s}]" for s in SECTIONS)
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table, received {value!r}")
+        sections[name] = _build_section(name, SECTIONS[name], value, source)
+    return Config(task=task, **sections)
+
+
+def _build_section(section, cls, values, source):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{source}: unknown key {section}.{key}; [{section}] has: {', '.join(fields)}"
+            )
+        kwargs[key] = _check_type(f"{section}.{key}", fields[key].type, value)
+    return cls(**kwargs)
+
+
+def _check_type(key, annotation, value):
+    """Returns `value` if it fits `annotation` (int is accepted for float), else raises."""
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    base = [a for a in typing.get_args(annotation) if a is not type(None)][0] if optional else annotation
+    if optional and value is None:
+        return None
+    ok = isinstance(value, base) and not (base is int and isinstance(value, bool))
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise ConfigError(
+            f"{key}: expected {base.__name__}, received {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+def _resolve_paths(config, base_dir):
+    data = config.data
+    resolved = {}
+    for key in PATH_KEYS:
+        name = key.split(".")[1]
+        value = getattr(data, name)
+        if value and not os.path.isabs(value):
+            resolved[name] = os.path.normpath(os.path.join(base_dir, value))
+    return dataclasses.replace(config, data=dataclasses.replace(data, **resolved))
+
+
+def validate(config):
+    """Refuses impossible values, naming the key, what is expected and what was received."""
+
+    def require(ok, key, expected, value):
+        if not ok:
+            raise ConfigError(f"{key}: expected {expected}, received {value!r}")
+
+    d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
+    require(config.task in TASK_NAMES, "task", f"one of {TASK_NAMES}", config.task)
+    require(bool(d.train), "data.train", "the path of a training file", d.train)
+    for key in PATH_KEYS:
+        path = getattr(d, key.split(".")[1])
+        require(not path or os.path.isfile(path), key, "an existing file", path)
+    require(d.format in ("auto", "csv", "tsv", "jsonl"), "data.format", "csv, tsv, jsonl or auto", d.format)
+    require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
+    require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
+    require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
+    for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
+        value = getattr(m, key)
+        require(value >= 1, f"model.{key}", "a positive integer", value)
+    require(
+        m.hidden_dim % m.num_heads == 0,
+        "model.num_heads",
+        f"a divisor of model.hidden_dim ({m.hidden_dim})",
+        m.num_heads,
+    )
+    require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
+    require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
+    finite_positive = p.initial_scale > 0 and p.initial_scale != float("inf")
+    require(finite_positive, "precision.initial_scale", "a finite number > 0", p.initial_scale)
+    require(p.growth_interval >= 1, "precision.growth_interval", "an integer >= 1", p.growth_interval)
+    require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
+    require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
+    require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
+    require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)
+    require(t.batch_size >= 1, "train.batch_size", "an integer >= 1", t.batch_size)
+    require(t.optimizer in ("adam", "adamw"), "train.optimizer", "adam or adamw", t.optimizer)
+    require(t.learning_rate > 0, "train.learning_rate", "a number > 0", t.learning_rate)
+    require(t.weight_decay >= 0, "train.weight_decay", "a number >= 0", t.weight_decay)
+    require(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0", t.warmup_steps)
+    require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
+    require(t.clip_norm >= 0, "train.clip_norm", "a number >= 0 (0: no clipping)", t.clip_norm)
+    for key in ("log_every", "checkpoint_every", "max_to_keep"):
+        value = getattr(t, key)
+        require(value >= 1, f"train.{key}", "an integer >= 1", value)
+    require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
+    require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
+
+
+def to_dict(config):
+    """The config as plain dicts, None values left out (TOML has no null)."""
+    result = {"task": config.task}
+    for name in SECTIONS:
+        section = dataclasses.asdict(getattr(config, name))
+        result[name] = {k: v for k, v in section.items() if v is not None}
+    return result
+
+
+def save_config(config, path):
+    with open(path, "wb") as f:
+        tomli_w.dump(to_dict(config), f)
+
+
+def differing_keys(a, b, ignore=RUN_LENGTH_KEYS):
+    """The `section.key` names whose values differ between two configs."""
+    flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
+    keys = sorted(set(flat_a) | set(flat_b))
+    return [k for k in keys if k not in ignore and flat_a.get(k) != flat_b.get(k)]
+
+
+def _flatten(tree):
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat

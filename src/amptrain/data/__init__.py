@@ -1,0 +1,1 @@
+"""Readers, vocabularies, the batch plan and the tf.data pipeline."""

@@ -1,0 +1,77 @@
+"""The batch plan: which examples form each batch, and how long that batch is padded.
+
+    plan = BatchPlan(lengths, batch_size=32, boundaries=[32, 64, 128], seed=0)
+    plan.steps_per_epoch          # batches in one pass over the data
+    plan.batch(step=1234)         # (indices, padded_length); index -1 is a padding row
+
+The order is a pure function of (seed, epoch, position), so a resumed run asks for
+the batch of step N and gets exactly the batch an uninterrupted run had at step N, with
+no iterator state to save (tf.distribute iterators cannot be checkpointed).
+
+Lengths are bucketed: every batch is padded to one of a few boundaries, all multiples
+of 8, so XLA compiles one graph per boundary instead of one per length. Every batch has
+`batch_size` rows: a bucket's last, short batch is filled with padding rows (index -1)
+that carry no target, so shapes stay fixed and no example is dropped.
+"""
+
+import numpy as np
+
+
+def round_up(value, multiple=8):
+    return -(-int(value) // multiple) * multiple
+
+
+def bucket_boundaries(lengths, max_length, num_buckets):
+    """At most `num_buckets` padded lengths, multiples of 8, from quantiles of `lengths`.
+
+    The last boundary is `max_length` rounded up to a multiple of 8, so any example
+    (of any split) truncated to `max_length` fits a bucket.
+    """
+    top = round_up(max_length)
+    lengths = np.minimum(np.asarray(lengths), max_length)
+    quantiles = np.quantile(lengths, [(i + 1) / num_buckets for i in range(num_buckets - 1)]) if num_buckets > 1 else []
+    boundaries = sorted({min(round_up(max(q, 1)), top) for q in quantiles} | {top})
+    return boundaries
+
+
+class BatchPlan:
+    """Batches of example indices, bucketed by length, in a seeded order."""
+
+    def __init__(self, lengths, batch_size, boundaries, seed=0, shuffle=True):
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.boundaries = list(boundaries)
+        self.seed = seed
+        self.shuffle = shuffle
+        if len(self.lengths) == 0:
+            raise ValueError("a batch plan needs at least one example")
+        # Bucket of each example: the first boundary that holds it.
+        self.buckets = np.searchsorted(self.boundaries, np.minimum(self.lengths, self.boundaries[-1]))
+        counts = np.bincount(self.buckets, minlength=len(self.boundaries))
+        self.steps_per_epoch = int(sum(-(-c // batch_size) for c in counts))
+        self._epoch_cache = {}
+
+    def epoch(self, epoch):
+        """The list of (indices, padded_length) batches of one epoch."""
+        if epoch not in self._epoch_cache:
+            self._epoch_cache = {epoch: self._make_epoch(epoch)}
+        return self._epoch_cache[epoch]
+
+    def batch(self, step):
+        """The batch at 0-based global `step` (epochs follow each other)."""
+        epoch, position = divmod(step, self.steps_per_epoch)
+        return self.epoch(epoch)[position]
+
+    def _make_epoch(self, epoch):
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
+        batches = []
+        for bucket, length in enumerate(self.boundaries):
+            members = order[self.buckets[order] == bucket]
+            for start in range(0, len(members), self.batch_size):
+                indices = members[start : start + self.batch_size]
+                padding = np.full(self.batch_size - len(indices), -1, dtype=np.int64)
+                batches.append((np.concatenate([indices, padding]), length))
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches

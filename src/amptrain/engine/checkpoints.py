@@ -1,0 +1,74 @@
+"""Step-keyed checkpoints of everything a resume needs, and the best one kept apart.
+
+    checkpoints = Checkpoints("runs/x/checkpoints", model=model, optimizer=optimizer,
+                              loss_scale=scaler, max_to_keep=3)
+    step = checkpoints.restore_latest()   # 0 when there is none
+    checkpoints.save(step=100)
+    checkpoints.save_best(step=100)
+
+The data position needs no saving: the batch plan is a function of (seed, step).
+The best-so-far metric and the early-stopping count live in variables here so that
+they are restored together with the weights they describe.
+"""
+
+import os
+
+import tensorflow as tf
+
+
+class Checkpoints:
+    def __init__(self, directory, model, optimizer, loss_scale=None, max_to_keep=3):
+        self.directory = directory
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.best_metric = tf.Variable(float("-inf"), dtype=tf.float64, trainable=False, name="best_metric")
+        self.best_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_step")
+        self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
+        tracked = dict(
+            model=model,
+            optimizer=optimizer,
+            step=self.step,
+            best_metric=self.best_metric,
+            best_step=self.best_step,
+            evals_since_best=self.evals_since_best,
+        )
+        if loss_scale is not None:
+            tracked["loss_scale"] = loss_scale
+        self.checkpoint = tf.train.Checkpoint(**tracked)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
+        self.best_manager = tf.train.CheckpointManager(
+            self.checkpoint, os.path.join(directory, "best"), max_to_keep=1, checkpoint_name="ckpt"
+        )
+
+    def restore_latest(self):
+        """Restores the newest checkpoint, if any; returns its step (0 when none)."""
+        path = self.manager.latest_checkpoint
+        if path is None:
+            return 0
+        self.checkpoint.restore(path).assert_existing_objects_matched()
+        return int(self.step.numpy())
+
+    def save(self, step):
+        self.step.assign(step)
+        return self.manager.save(checkpoint_number=step)
+
+    def save_best(self, step):
+        self.step.assign(step)
+        return self.best_manager.save(checkpoint_number=step)
+
+    def restore_best(self):
+        """Restores the best checkpoint (by the dev metric); falls back to the latest."""
+        path = self.best_manager.latest_checkpoint or self.manager.latest_checkpoint
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        self.checkpoint.restore(path).expect_partial()
+        return path
+
+
+def restore_weights(model, directory, which="best"):
+    """Restores only the model's weights from a run's checkpoints (for eval and predict)."""
+    best = tf.train.latest_checkpoint(os.path.join(directory, "best"))
+    path = (best if which == "best" else None) or tf.train.latest_checkpoint(directory)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    return path

@@ -1,0 +1,258 @@
+"""The fit loop: train in chunks of `steps_per_execution`, log, evaluate, checkpoint, resume.
+
+    job = Job(model, loss_fn, train_dataset, steps_per_epoch, evaluate, primary_metric="accuracy")
+    run_training(job, config, run_dir, strategy, policy="float32", policy_reason="...")
+
+The engine knows no task: a `Job` hands it a model, a loss, a dataset factory and an
+evaluation callable, and it runs them.
+"""
+
+import dataclasses
+import logging
+import os
+import signal
+import time
+from typing import Callable
+
+import keras
+
+from amptrain import distribute
+from amptrain.engine.checkpoints import Checkpoints
+from amptrain.engine.optimizer import build_optimizer, current_learning_rate
+from amptrain.engine.telemetry import LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
+from amptrain.engine.trainer import Trainer
+from amptrain.precision.loss_scale import DynamicLossScale
+from amptrain.precision.policy import uses_loss_scaling
+
+logger = logging.getLogger(LOGGER_NAME)
+
+
+@dataclasses.dataclass
+class Job:
+    """What a task gives the engine."""
+
+    model: keras.Model
+    # (targets, outputs) -> (sum of per-target losses, number of real targets), float32
+    loss_fn: Callable
+    # start_step -> endless tf.data.Dataset of (features, targets, token_counts) from that step on
+    train_dataset: Callable
+    steps_per_epoch: int
+    # (split, predict, predictions_path or None) -> {metric: value}; predict(dataset) -> outputs
+    evaluate: Callable
+    primary_metric: str
+    has_dev: bool = True
+    has_test: bool = True
+
+
+class Interrupted(Exception):
+    """SIGTERM arrived; raised in the main thread so the loop can checkpoint and leave."""
+
+
+def total_steps(train_config, steps_per_epoch):
+    return train_config.steps if train_config.steps is not None else train_config.epochs * steps_per_epoch
+
+
+def run_training(job, config, run_dir, strategy, policy, policy_reason):
+    """Trains (or resumes) and scores the test split with the best checkpoint.
+
+    Returns the final test metrics (or {} without a test split)."""
+    t = config.train
+    steps = total_steps(t, job.steps_per_epoch)
+    eval_every = t.eval_every or job.steps_per_epoch
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
+        logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
+        return _final_test_record(metrics_path)
+
+    with strategy.scope():
+        optimizer = build_optimizer(t, steps)
+        optimizer.build(job.model.trainable_variables)
+        scaler = None
+        if uses_loss_scaling(policy):
+            scaler = DynamicLossScale(config.precision.initial_scale, config.precision.growth_interval)
+        trainer = Trainer(strategy, job.model, optimizer, job.loss_fn, scaler, config.runtime.jit_compile, t.clip_norm)
+    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, scaler, t.max_to_keep)
+    start_step = checkpoints.restore_latest()
+    log = MetricsLog(metrics_path, resume_step=start_step)
+    scalars = Scalars(os.path.join(run_dir, "tensorboard"))
+    log.write(
+        {
+            "kind": "run",
+            **distribute.describe(strategy),
+            "policy": policy,
+            "policy_reason": policy_reason,
+            "jit_compile": config.runtime.jit_compile,
+            "steps_per_execution": config.runtime.steps_per_execution,
+            "resumed_from_step": start_step,
+            "total_steps": steps,
+        }
+    )
+    if start_step:
+        logger.info(f"resuming from the checkpoint of step {start_step}")
+    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {job.steps_per_epoch} a epoch")
+
+    loop = _Loop(job, config, trainer, checkpoints, log, scalars, steps, eval_every)
+    try:
+        loop.run(start_step)
+        return _final_test(job, trainer, checkpoints, log, scalars)
+    finally:
+        scalars.close()
+
+
+class _Loop:
+    def __init__(self, job, config, trainer, checkpoints, log, scalars, steps, eval_every):
+        self.job, self.config, self.trainer = job, config, trainer
+        self.checkpoints, self.log, self.scalars = checkpoints, log, scalars
+        self.steps, self.eval_every = steps, eval_every
+        self.spe = config.runtime.steps_per_execution
+        t = config.train
+        self.boundaries = (t.log_every, eval_every, t.checkpoint_every)
+
+    def run(self, start_step):
+        step = start_step
+        if step >= self.steps or self._stopped_early():
+            return
+        iterator = iter(self.trainer.strategy.experimental_distribute_dataset(self.job.train_dataset(step)))
+        progress = Progress(self.steps, step)
+        window = _Window()
+        previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            while step < self.steps:
+                n = self._chunk(step)
+                window.add(self.trainer.train(iterator, n), n)
+                step += n
+                progress.update(step, window.last_loss, window.tokens_per_second())
+                if step % self.config.train.log_every == 0 or step == self.steps:
+                    progress.clear()
+                    self._log_train(step, window)
+                    window = _Window()
+                if self._end_of_interval(step):
+                    if self._evaluate_and_checkpoint(step):
+                        break
+        except (KeyboardInterrupt, Interrupted):
+            progress.clear()
+            self.checkpoints.save(step)
+            logger.info(f"interrupted: saved a checkpoint at step {step}; rerun the same command to resume")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous_handler)
+
+    def _chunk(self, step):
+        """Steps in the next graph call: up to steps_per_execution, never past a boundary."""
+        n = min(self.spe, self.steps - step)
+        for every in self.boundaries:
+            n = min(n, every - step % every)
+        return n
+
+    def _end_of_interval(self, step):
+        return step == self.steps or step % self.eval_every == 0 or step % self.config.train.checkpoint_every == 0
+
+    def _stopped_early(self):
+        patience = self.config.train.patience
+        return patience > 0 and int(self.checkpoints.evals_since_best.numpy()) >= patience
+
+    def _log_train(self, step, window):
+        scale = self.trainer.loss_scale
+        record = {
+            "kind": "train",
+            "step": step,
+            "loss": window.mean_loss(),
+            "learning_rate": current_learning_rate(self.trainer.optimizer),
+            "loss_scale": float(scale.scale.numpy()) if scale is not None else None,
+            "skipped_steps": int(scale.skipped_steps.numpy()) if scale is not None else 0,
+            "grad_norm": window.grad_norm,
+            "tokens_per_second": window.tokens_per_second(),
+            "padded_tokens_per_second": window.tokens_per_second(padded=True),
+            "wall_time": time.time(),
+        }
+        self.log.write(record)
+        self.scalars.write("train", step, {k: v for k, v in record.items() if k not in ("kind", "step", "wall_time")})
+        logger.info(
+            f"step {step}/{self.steps}  loss {record['loss']:.4f}  lr {record['learning_rate']:.2e}  "
+            f"{record['tokens_per_second']:,.0f} tokens/s"
+            + (f"  loss scale {record['loss_scale']:g}  skipped {record['skipped_steps']}" if scale is not None else "")
+        )
+
+    def _evaluate_and_checkpoint(self, step):
+        """Evaluates on dev when due, checkpoints, keeps the best; returns True to stop early."""
+        stop = False
+        improved = False
+        if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
+            metrics = self.job.evaluate("dev", self.trainer.predict, None)
+            value = metrics[self.job.primary_metric]
+            improved = value > self.checkpoints.best_metric.numpy()
+            if improved:
+                self.checkpoints.best_metric.assign(value)
+                self.checkpoints.best_step.assign(step)
+                self.checkpoints.evals_since_best.assign(0)
+            else:
+                self.checkpoints.evals_since_best.assign_add(1)
+            self._log_eval(step, "dev", "latest", metrics)
+            stop = self._stopped_early()
+            if stop:
+                logger.info(f"early stop: no better dev {self.job.primary_metric} in {self.config.train.patience} evaluations")
+        self.checkpoints.save(step)
+        if improved or not self.job.has_dev and step == self.steps:
+            self.checkpoints.save_best(step)
+        return stop
+
+    def _log_eval(self, step, split, checkpoint, metrics):
+        _write_eval(self.log, self.scalars, step, split, checkpoint, metrics)
+
+
+def _write_eval(log, scalars, step, split, checkpoint, metrics):
+    log.write({"kind": "eval", "step": step, "split": split, "checkpoint": checkpoint, **metrics})
+    scalars.write(split, step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+    logger.info(f"eval {split} at step {step} ({checkpoint}): {shown}")
+
+
+def _final_test(job, trainer, checkpoints, log, scalars):
+    """Scores the test split with the best checkpoint and marks the run finished."""
+    last_step = int(checkpoints.step.numpy())
+    metrics = {}
+    if job.has_test:
+        path = checkpoints.restore_best()
+        best_step = int(checkpoints.step.numpy())
+        predictions = os.path.join(os.path.dirname(checkpoints.directory), "predictions-test")
+        metrics = job.evaluate("test", trainer.predict, predictions)
+        _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
+    log.write({"kind": "end", "step": last_step})
+    return metrics
+
+
+def _final_test_record(metrics_path):
+    tests = [r for r in read_metrics(metrics_path) if r.get("kind") == "eval" and r.get("split") == "test"]
+    return tests[-1] if tests else {}
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(f"signal {signum}")
+
+
+class _Window:
+    """Totals of the steps since the last `train` record."""
+
+    def __init__(self):
+        self.started = time.time()
+        self.loss_total = 0.0
+        self.finite_steps = 0
+        self.steps = 0
+        self.tokens = [0, 0]
+        self.grad_norm = None
+        self.last_loss = float("nan")
+
+    def add(self, totals, n):
+        self.loss_total += float(totals["loss_total"])
+        self.finite_steps += int(totals["finite_steps"])
+        self.steps += n
+        self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
+        self.grad_norm = float(totals["grad_norm"])
+        self.last_loss = self.mean_loss()
+
+    def mean_loss(self):
+        return self.loss_total / self.finite_steps if self.finite_steps else float("nan")
+
+    def tokens_per_second(self, padded=False):
+        elapsed = max(time.time() - self.started, 1e-9)
+        return self.tokens[1 if padded else 0] / elapsed

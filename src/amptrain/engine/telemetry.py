@@ -1,0 +1,137 @@
+"""What a run tells: `metrics.jsonl`, TensorBoard scalars, `train.log` and the progress line.
+
+    log = MetricsLog("runs/x/metrics.jsonl", resume_step=0)
+    log.write({"kind": "train", "step": 25, "loss": 0.41})
+"""
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+LOGGER_NAME = "amptrain"
+
+
+def setup_logging(run_dir):
+    """Everything logged goes to the terminal and to `run_dir/train.log`."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    file_handler = logging.FileHandler(os.path.join(run_dir, "train.log"), encoding="utf-8")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(file_handler)
+    logger.addHandler(console)
+    logger.propagate = False
+    return logger
+
+
+def _json_value(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    return value
+
+
+class MetricsLog:
+    """One JSON object a line. On resume, records of steps after `resume_step` (written
+    by the interrupted run after its last checkpoint) and any test score (made again at
+    the end) are dropped, so no step appears twice."""
+
+    def __init__(self, path, resume_step=None):
+        self.path = path
+        if resume_step is not None and os.path.exists(path):
+            kept = [r for r in read_metrics(path) if _kept_on_resume(r, resume_step)]
+            _atomic_write(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, record):
+        record = {key: _json_value(value) for key, value in record.items()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _kept_on_resume(record, resume_step):
+    if record.get("kind") == "run":
+        return True
+    return record.get("step", 0) <= resume_step and record.get("split") != "test"
+
+
+def read_metrics(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _atomic_write(path, text):
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(temporary, path)
+
+
+class Scalars:
+    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self._writers = {}
+
+    def write(self, group, step, values):
+        if group not in self._writers:
+            self._writers[group] = tf.summary.create_file_writer(os.path.join(self.directory, group))
+        with self._writers[group].as_default(step=step):
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and value is not None and not isinstance(value, bool):
+                    tf.summary.scalar(name, value)
+        self._writers[group].flush()
+
+    def close(self):
+        for writer in self._writers.values():
+            writer.close()
+
+
+class Progress:
+    """A progress line: step, loss, tokens/s and time left; redrawn in place on a terminal."""
+
+    def __init__(self, total_steps, start_step, stream=sys.stderr):
+        self.total_steps = total_steps
+        self.start_step = start_step
+        self.started = time.time()
+        self.stream = stream
+        self.interactive = stream.isatty()
+
+    def update(self, step, loss, tokens_per_second):
+        if not self.interactive:
+            return
+        done = step - self.start_step
+        elapsed = time.time() - self.started
+        left = elapsed / done * (self.total_steps - step) if done else float("nan")
+        line = (
+            f"step {step}/{self.total_steps}  loss {loss:.4f}  "
+            f"{tokens_per_second:,.0f} tokens/s  {format_duration(left)} left"
+        )
+        self.stream.write("\r" + line.ljust(80))
+        self.stream.flush()
+
+    def clear(self):
+        if self.interactive:
+            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.flush()
+
+
+def format_duration(seconds):
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"

@@ -1,0 +1,13 @@
+"""Errors a user can fix: the CLI prints them as one line and exits non-zero."""
+
+
+class UserError(Exception):
+    """A mistake in the user's input (config, data, command line), not a bug."""
+
+
+class ConfigError(UserError):
+    """A config key is unknown, of the wrong type or impossible."""
+
+
+class DataError(UserError):
+    """A data file is malformed; the message starts with `path:line`."""

@@ -1,0 +1,1 @@
+"""Keras 3 models built from shared blocks; one thin head a task."""

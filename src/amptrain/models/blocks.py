@@ -1,0 +1,138 @@
+"""Transformer building blocks shared by every task's model.
+
+Each layer takes `dtype` (a Keras dtype policy such as "mixed_bfloat16") and passes it
+to its sublayers: variables are float32, arithmetic runs in the policy's compute dtype,
+and the few places where half precision is unsafe are float32 islands, each saying why.
+
+    embedding = TokenAndPositionEmbedding(8000, 128, 64, dtype="mixed_bfloat16")
+    block = EncoderBlock(64, 4, 128, dropout=0.1, dtype="mixed_bfloat16")
+    x = block(embedding(token_ids), padding_mask=padding_mask)  # (batch, length, hidden)
+"""
+
+import keras
+from keras import ops
+
+
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding plus a learned position embedding."""
+
+    def __init__(self, vocabulary_size, max_length, hidden_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.max_length = max_length
+        self.hidden_dim = hidden_dim
+        # === Layers ===
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size, hidden_dim, dtype=self.dtype_policy, name="token_embedding"
+        )
+        self.position_embedding = keras.layers.Embedding(
+            max_length, hidden_dim, dtype=self.dtype_policy, name="position_embedding"
+        )
+
+    def build(self, input_shape):
+        self.token_embedding.build(input_shape)
+        self.position_embedding.build((None,))
+
+    def call(self, token_ids):
+        length = ops.shape(token_ids)[1]
+        positions = self.position_embedding(ops.arange(length))  # (length, hidden)
+        return self.token_embedding(token_ids) + positions[None]  # (batch, length, hidden)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "max_length": self.max_length,
+            "hidden_dim": self.hidden_dim,
+        }
+
+
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Scaled dot-product self-attention over unmasked keys."""
+
+    def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+        self.dropout = dropout
+        # === Layers ===
+        self.qkv = keras.layers.Dense(3 * hidden_dim, dtype=self.dtype_policy, name="qkv")
+        self.output_dense = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="output")
+        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.output_dense.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=False):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_dim))
+        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, length, head_dim)
+        query, key, value = qkv[0], qkv[1], qkv[2]
+        query = query * ops.cast(self.head_dim**-0.5, query.dtype)
+        scores = ops.einsum("bhqd,bhkd->bhqk", query, key)  # (batch, heads, query, key)
+        # float32: exp() of fp16 scores overflows past 11, and the mask's large negative
+        # must stay far below every real score, which fp16's range (6.5e4) cannot promise.
+        scores = ops.cast(scores, "float32")
+        if padding_mask is not None:
+            keep = ops.cast(padding_mask, "bool")[:, None, None, :]
+            scores = ops.where(keep, scores, ops.full_like(scores, -1e9))
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        weights = self.attention_dropout(weights, training=training)
+        context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, self.hidden_dim))
+        return self.output_dense(context)  # (batch, length, hidden)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+        }
+
+
+class EncoderBlock(keras.layers.Layer):
+    """Pre-norm Transformer encoder block: x + attention(norm(x)), then x + ffn(norm(x)).
+
+    Pre-norm trains from scratch without a long warm-up and keeps the residual stream
+    un-normalised, which is also what lets a half-precision run stay stable.
+    """
+
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        policy = self.dtype_policy
+        # === Layers ===
+        # Keras's LayerNormalization computes its statistics in float32 under mixed
+        # policies (ops.layer_normalization upcasts), so it needs no pinned dtype.
+        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
+        self.attention = MultiHeadSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
+        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
+        self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.attention_norm, self.attention, self.ffn_norm, self.ffn_in):
+            layer.build(input_shape)
+        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
+
+    def call(self, x, padding_mask=None, training=False):
+        attended = self.attention(self.attention_norm(x), padding_mask=padding_mask, training=training)
+        x = x + self.residual_dropout(attended, training=training)
+        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
+        return x + self.residual_dropout(transformed, training=training)  # (batch, length, hidden)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+        }

@@ -1,0 +1,36 @@
+"""A Transformer encoder text classifier.
+
+    model = build_classifier(vocabulary_size=8000, max_length=128, num_classes=2,
+                             model_config=config.model, dtype="mixed_bfloat16")
+    logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, classes) float32
+"""
+
+import keras
+from keras import ops
+
+from amptrain.models.encoder import encode
+
+
+class MaskedMeanPooling(keras.layers.Layer):
+    """Mean of the states of real (unmasked) tokens."""
+
+    def call(self, states, padding_mask):
+        # float32: a sum over up to max_length positions loses most of bf16's 8 bits.
+        states = ops.cast(states, "float32")
+        mask = ops.cast(padding_mask, "float32")[:, :, None]  # (batch, length, 1)
+        total = ops.sum(states * mask, axis=1)
+        count = ops.maximum(ops.sum(mask, axis=1), 1.0)  # padding rows have no tokens
+        return total / count  # (batch, hidden)
+
+
+def build_classifier(vocabulary_size, max_length, num_classes, model_config, dtype):
+    # === Inputs ===
+    token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    padding_mask = keras.Input(shape=(None,), dtype="bool", name="padding_mask")
+    # === Functional Model ===
+    states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype)
+    pooled = MaskedMeanPooling(dtype="float32", name="pooling")(states, padding_mask)
+    pooled = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")(pooled)
+    # float32: logits feed a softmax and a cross-entropy, both unsafe in half precision.
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(pooled)
+    return keras.Model({"token_ids": token_ids, "padding_mask": padding_mask}, logits, name="classifier")

@@ -1,0 +1,16 @@
+"""The shared Transformer encoder: embeddings, N pre-norm blocks, a final norm."""
+
+import keras
+
+from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
+
+
+def encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype):
+    """Applies the encoder to symbolic inputs; returns (batch, length, hidden) states."""
+    c = model_config
+    x = TokenAndPositionEmbedding(vocabulary_size, max_length, c.hidden_dim, dtype=dtype, name="embedding")(token_ids)
+    x = keras.layers.Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
+    for i in range(c.num_layers):
+        block = EncoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}")
+        x = block(x, padding_mask=padding_mask)
+    return keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")(x)

@@ -1,0 +1,1 @@
+"""Precision: policy selection and loss scaling."""
