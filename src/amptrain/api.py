@@ -20,18 +20,21 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     config = config_lib.load_config(config_path, overrides)
     run_dir = os.path.abspath(run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
     _claim_run_dir(config, run_dir, overwrite)
-    logger = _start(config, run_dir)
+    from amptrain.engine.telemetry import setup_logging
+    from amptrain.tasks import TASKS
+
+    logger = setup_logging(run_dir)
     logger.info(f"run folder {run_dir}")
+    task = TASKS[config.task](config, run_dir)
+    task.prepare()  # reads and checks the data first: a bad row stops the run here
 
     from amptrain import distribute
     from amptrain.engine.loop import Job, run_training
     from amptrain.precision.policy import select_policy
-    from amptrain.tasks import TASKS
 
+    _seed(config)
     policy, reason = select_policy(config.precision.policy)
     strategy = distribute.select_strategy(config.runtime)
-    task = TASKS[config.task](config, run_dir)
-    task.prepare()
     with strategy.scope():
         model = task.build_model(policy)
     job = Job(
@@ -69,18 +72,14 @@ def _claim_run_dir(config, run_dir, overwrite):
     config_lib.save_config(config, saved_path)
 
 
-def _start(config, run_dir):
-    """Logging, seeds and determinism: the process-wide settings of a run."""
+def _seed(config):
+    """Seeds and determinism: the process-wide settings of a run."""
     import keras
     import tensorflow as tf
 
-    from amptrain.engine.telemetry import setup_logging
-
-    logger = setup_logging(run_dir)
     keras.utils.set_random_seed(config.runtime.seed)
     if config.runtime.deterministic:
         tf.config.experimental.enable_op_determinism()
-    return logger
 
 
 def load_run(run_dir, split_names):

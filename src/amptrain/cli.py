@@ -15,13 +15,16 @@ def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-    from amptrain.errors import UserError
+    from amptrain.errors import Interrupted, UserError
 
     try:
         return args.run(args)
     except UserError as error:
         print(f"amptrain: error: {error}", file=sys.stderr)
         return 2
+    except Interrupted:
+        print("amptrain: stopped by SIGTERM after saving a checkpoint; rerun to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("amptrain: interrupted", file=sys.stderr)
         return 130
@@ -57,15 +60,7 @@ def _parser():
 def _fit(args):
     from amptrain import api
 
-    try:
-        api.fit(args.config, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
-    except Exception as error:
-        from amptrain.engine.loop import Interrupted
-
-        if isinstance(error, Interrupted):
-            print("amptrain: stopped by SIGTERM after saving a checkpoint", file=sys.stderr)
-            return 143
-        raise
+    api.fit(args.config, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
     return 0
 
 

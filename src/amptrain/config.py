@@ -82,6 +82,10 @@ class TrainConfig:
     max_to_keep: int = 3
     patience: int = 0  # evaluations without improvement before stopping; 0: never
 
+    def total_steps(self, steps_per_epoch):
+        """`steps` when given, else `epochs` passes over the data."""
+        return self.steps if self.steps is not None else self.epochs * steps_per_epoch
+
 
 @dataclass(frozen=True)
 class Config:

@@ -11,3 +11,7 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A data file is malformed; the message starts with `path:line`."""
+
+
+class Interrupted(Exception):
+    """SIGTERM arrived: raised in the main thread so training can checkpoint and leave."""

@@ -21,6 +21,7 @@ from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.optimizer import build_optimizer, current_learning_rate
 from amptrain.engine.telemetry import LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
 from amptrain.engine.trainer import Trainer
+from amptrain.errors import Interrupted
 from amptrain.precision.loss_scale import DynamicLossScale
 from amptrain.precision.policy import uses_loss_scaling
 
@@ -44,20 +45,12 @@ class Job:
     has_test: bool = True
 
 
-class Interrupted(Exception):
-    """SIGTERM arrived; raised in the main thread so the loop can checkpoint and leave."""
-
-
-def total_steps(train_config, steps_per_epoch):
-    return train_config.steps if train_config.steps is not None else train_config.epochs * steps_per_epoch
-
-
 def run_training(job, config, run_dir, strategy, policy, policy_reason):
     """Trains (or resumes) and scores the test split with the best checkpoint.
 
     Returns the final test metrics (or {} without a test split)."""
     t = config.train
-    steps = total_steps(t, job.steps_per_epoch)
+    steps = t.total_steps(job.steps_per_epoch)
     eval_every = t.eval_every or job.steps_per_epoch
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):

@@ -11,8 +11,6 @@ import os
 import sys
 import time
 
-import tensorflow as tf
-
 LOGGER_NAME = "amptrain"
 
 
@@ -88,6 +86,8 @@ class Scalars:
         self._writers = {}
 
     def write(self, group, step, values):
+        import tensorflow as tf
+
         if group not in self._writers:
             self._writers[group] = tf.summary.create_file_writer(os.path.join(self.directory, group))
         with self._writers[group].as_default(step=step):

@@ -15,13 +15,13 @@ import logging
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from amptrain.data import readers
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up
-from amptrain.data.pipeline import plan_dataset
 from amptrain.data.vocabulary import CLS, PAD_ID, WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
-from amptrain.models.classifier import build_classifier
+
+# TensorFlow is imported inside the methods that need it, so that a malformed data
+# file is reported (one line, path:line) before TensorFlow's start-up prints anything.
 
 logger = logging.getLogger("amptrain")
 
@@ -56,15 +56,17 @@ class ClassificationTask:
         labels, and encodes. Bucket lengths come from the first split named."""
         d = self.config.data
         paths = {"train": d.train, "dev": d.dev, "test": d.test}
-        train_examples = None
-        if not self._saved(LABELS_FILE) or not self._saved(VOCABULARY_FILE) or "train" in split_names:
-            train_examples = self._read(d.train)
-        self.labels = self._load_or_make_labels(train_examples)
-        self.tokenizer = WordPiece(self._load_or_make_vocabulary(train_examples), lowercase=d.lowercase)
+        wanted = [name for name in split_names if paths.get(name)]
+        if not self._saved(LABELS_FILE) or not self._saved(VOCABULARY_FILE):
+            wanted = ["train"] + [name for name in wanted if name != "train"]
+        examples = {name: self._read(paths[name]) for name in wanted}
+        self.labels = self._load_or_make_labels(examples.get("train"))
+        for name in wanted:  # unknown labels are reported before any slow work
+            readers.label_ids(examples[name], self.labels, paths[name])
+        self.tokenizer = WordPiece(self._load_or_make_vocabulary(examples.get("train")), lowercase=d.lowercase)
         for name in split_names:
-            if paths.get(name):
-                examples = train_examples if name == "train" else self._read(paths[name])
-                self.splits[name] = self._encode(name, paths[name], examples)
+            if name in examples:
+                self.splits[name] = self._encode(name, paths[name], examples[name])
         if not split_names:
             return
         first = self.splits[split_names[0]]
@@ -139,6 +141,8 @@ class ClassificationTask:
 
     @staticmethod
     def signature():
+        import tensorflow as tf
+
         return (
             {
                 "token_ids": tf.TensorSpec((None, None), tf.int32),
@@ -149,17 +153,23 @@ class ClassificationTask:
         )
 
     def _dataset(self, split, plan, start_step=0, num_steps=None):
+        from amptrain.data.pipeline import plan_dataset
+
         build = self._batch_builder(split.token_ids, split.label_ids)
         return plan_dataset(plan, build, self.signature(), start_step, num_steps)
 
     # === Model and loss ===
 
     def build_model(self, dtype):
+        from amptrain.models.classifier import build_classifier
+
         d = self.config.data
         return build_classifier(self.tokenizer.size, round_up(d.max_length), len(self.labels), self.config.model, dtype)
 
     @staticmethod
     def loss_fn(targets, logits):
+        import tensorflow as tf
+
         # float32: the logits are float32 already; cross-entropy's log-sum-exp stays there.
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets["labels"], logits=logits)
         weights = targets["weights"]
@@ -183,7 +193,7 @@ class ClassificationTask:
         probabilities = np.zeros((len(split.examples), len(self.labels)), np.float32)
         for (indices, _), logits in zip(plan.epoch(0), outputs):
             rows = indices >= 0
-            probabilities[indices[rows]] = tf.nn.softmax(logits[rows]).numpy()
+            probabilities[indices[rows]] = softmax(logits[rows])
         return probabilities
 
     def evaluate(self, split_name, predict, predictions_path=None):
@@ -225,6 +235,11 @@ class ClassificationTask:
             }
             for text, probs in zip(texts, probabilities)
         ]
+
+
+def softmax(logits):
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def classification_metrics(gold, predicted, num_classes):

@@ -1,0 +1,41 @@
+import numpy as np
+
+from amptrain.data.batching import BatchPlan, bucket_boundaries
+
+
+def test_boundaries_are_multiples_of_8_bounded_in_number_and_cover_max_length():
+    lengths = np.random.default_rng(0).integers(1, 300, size=1000)
+    boundaries = bucket_boundaries(lengths, max_length=250, num_buckets=5)
+    assert all(b % 8 == 0 for b in boundaries)
+    assert len(boundaries) <= 5
+    assert boundaries[-1] == 256  # 250 rounded up: any truncated example fits
+    assert boundaries == sorted(boundaries)
+
+
+def test_each_epoch_holds_every_example_once_in_full_fixed_shape_batches():
+    lengths = [3, 9, 17, 5, 30, 8, 12, 1, 25, 7]
+    plan = BatchPlan(lengths, batch_size=4, boundaries=[8, 16, 32], seed=1)
+    # buckets: <=8: 3,5,8,1,7 (5) -> 2 batches; <=16: 9,12 -> 1; <=32: 17,30,25 -> 1
+    assert plan.steps_per_epoch == 4
+    batches = plan.epoch(0)
+    indices = np.concatenate([b for b, _ in batches])
+    assert sorted(indices[indices >= 0]) == list(range(10))
+    assert all(len(b) == 4 for b, _ in batches)
+    for batch, length in batches:
+        assert all(lengths[i] <= length for i in batch if i >= 0)
+
+
+def test_order_is_a_pure_function_of_seed_and_step():
+    lengths = np.random.default_rng(0).integers(1, 64, size=50)
+    a = BatchPlan(lengths, 8, [16, 32, 64], seed=3)
+    b = BatchPlan(lengths, 8, [16, 32, 64], seed=3)
+    steps = range(3 * a.steps_per_epoch)
+    assert all(np.array_equal(a.batch(s)[0], b.batch(s)[0]) for s in reversed(steps))  # any access order
+    assert not np.array_equal(a.epoch(0)[0][0], a.epoch(1)[0][0]) or not np.array_equal(a.epoch(0)[1][0], a.epoch(1)[1][0])
+    c = BatchPlan(lengths, 8, [16, 32, 64], seed=4)
+    assert any(not np.array_equal(a.batch(s)[0], c.batch(s)[0]) for s in steps)
+
+
+def test_unshuffled_plan_keeps_file_order_within_buckets():
+    plan = BatchPlan([5, 5, 20, 5], batch_size=2, boundaries=[8, 24], shuffle=False)
+    assert [list(b) for b, _ in plan.epoch(0)] == [[0, 1], [3, -1], [2, -1]]
