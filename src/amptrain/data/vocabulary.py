@@ -29,8 +29,11 @@ def train_vocabulary(texts, size, lowercase=True):
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=size, special_tokens=RESERVED_TOKENS, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer)
-    by_id = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    return pad_to_multiple(([token for token, _ in by_id]), 8)
+    # The trainer's id order changes from process to process (hash-map order; the set
+    # of pieces was the same in every trial): sort, so a run's vocabulary, and so its
+    # model, is a function of its data alone.
+    learned = sorted(set(tokenizer.get_vocab()) - set(RESERVED_TOKENS))
+    return pad_to_multiple(RESERVED_TOKENS + learned, 8)
 
 
 def pad_to_multiple(vocabulary, multiple):

@@ -25,6 +25,10 @@ class Checkpoints:
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
         tracked = dict(
             model=model,
+            # Keras's dropout seed states are model variables that tf.train.Checkpoint
+            # does not reach through the model; without them a resumed run draws
+            # different dropout masks than an uninterrupted one.
+            seed_states=[v for v in model.variables if "seed_generator_state" in v.path],
             optimizer=optimizer,
             step=self.step,
             best_metric=self.best_metric,

@@ -1,0 +1,54 @@
+"""Killing `amptrain fit` with SIGKILL and running it again continues where it stopped."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from amptrain.engine.telemetry import read_metrics
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = ["runtime.deterministic=true", "train.steps=60", "train.log_every=4", "train.checkpoint_every=8", "train.eval_every=20"]
+
+
+def command(tiny, run_dir):
+    args = [sys.executable, "-m", "amptrain", "fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir)]
+    for setting in SETTINGS:
+        args += ["--set", setting]
+    return args
+
+
+def run(tiny, run_dir):
+    subprocess.run(command(tiny, run_dir), check=True, capture_output=True, timeout=600)
+
+
+def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
+    interrupted = tiny / "interrupted"
+    process = subprocess.Popen(command(tiny, interrupted), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (interrupted / "checkpoints" / "ckpt-16.index").exists():
+        assert process.poll() is None, "fit ended before it could be interrupted"
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed = read_metrics(interrupted / "metrics.jsonl")
+    assert not any(r["kind"] == "end" for r in killed)
+
+    run(tiny, interrupted)
+    run(tiny, tiny / "uninterrupted")
+
+    records = read_metrics(interrupted / "metrics.jsonl")
+    runs = [r for r in records if r["kind"] == "run"]
+    assert runs[0]["resumed_from_step"] == 0 and runs[-1]["resumed_from_step"] >= 16
+    train_steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert train_steps == list(range(4, 61, 4))  # each step once, none missing
+    reference = [r for r in read_metrics(tiny / "uninterrupted" / "metrics.jsonl") if r["kind"] == "train"]
+    final, expected = [r for r in records if r["kind"] == "train"][-1], reference[-1]
+    assert final["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+    test = [r for r in records if r["kind"] == "eval" and r["split"] == "test"]
+    assert len(test) == 1
