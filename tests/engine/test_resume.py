@@ -15,22 +15,31 @@ pytestmark = pytest.mark.slow
 SETTINGS = ["runtime.deterministic=true", "train.steps=60", "train.log_every=4", "train.checkpoint_every=8", "train.eval_every=20"]
 
 
-def command(tiny, run_dir):
+def command(tiny, run_dir, *extra):
     args = [sys.executable, "-m", "amptrain", "fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir)]
-    for setting in SETTINGS:
+    for setting in SETTINGS + list(extra):
         args += ["--set", setting]
     return args
 
 
-def run(tiny, run_dir):
-    subprocess.run(command(tiny, run_dir), check=True, capture_output=True, timeout=600)
+def committed(run_dir, step):
+    """True once the checkpoint of `step` is in the manager's state file (its files come first)."""
+    state = run_dir / "checkpoints" / "checkpoint"
+    try:
+        return f'"ckpt-{step}"' in state.read_text()
+    except FileNotFoundError:
+        return False
+
+
+def run(tiny, run_dir, *extra):
+    subprocess.run(command(tiny, run_dir, *extra), check=True, capture_output=True, timeout=600)
 
 
 def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
     interrupted = tiny / "interrupted"
     process = subprocess.Popen(command(tiny, interrupted), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (interrupted / "checkpoints" / "ckpt-16.index").exists():
+    while not committed(interrupted, 16):
         assert process.poll() is None, "fit ended before it could be interrupted"
         assert time.time() < deadline
         time.sleep(0.02)
@@ -52,3 +61,24 @@ def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
     assert final["loss"] == pytest.approx(expected["loss"], rel=1e-4)
     test = [r for r in records if r["kind"] == "eval" and r["split"] == "test"]
     assert len(test) == 1
+
+
+def test_sigterm_saves_a_checkpoint_of_the_current_step_and_exits_143(tiny):
+    run_dir = tiny / "terminated"
+    # Long enough not to finish on its own; train.steps may change on a rerun.
+    long_run = "train.steps=100000"
+    process = subprocess.Popen(command(tiny, run_dir, long_run), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not committed(run_dir, 8):
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    time.sleep(1.0)  # let it train past the checkpoint
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1].startswith("amptrain: stopped by SIGTERM after saving a checkpoint")
+    saved = sorted(int(p.name[5:-6]) for p in (run_dir / "checkpoints").glob("ckpt-*.index"))
+    assert saved[-1] > 8  # the step it had reached, not only the last scheduled checkpoint
+    run(tiny, run_dir, f"train.steps={saved[-1] + 4}")
+    runs = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "run"]
+    assert runs[-1]["resumed_from_step"] == saved[-1]

@@ -1,10 +1,10 @@
 """Step-keyed checkpoints of everything a resume needs, and the best one kept apart.
 
-    checkpoints = Checkpoints("runs/x/checkpoints", model=model, optimizer=optimizer,
+    checkpoints = Checkpoints("runs/x/checkpoints", model, optimizer, trainer.step,
                               loss_scale=scaler, max_to_keep=3)
     step = checkpoints.restore_latest()   # 0 when there is none
-    checkpoints.save(step=100)
-    checkpoints.save_best(step=100)
+    checkpoints.save()                    # keyed by the step variable's value
+    checkpoints.save_best()
 
 The data position needs no saving: the batch plan is a function of (seed, step).
 The best-so-far metric and the early-stopping count live in variables here so that
@@ -17,9 +17,9 @@ import tensorflow as tf
 
 
 class Checkpoints:
-    def __init__(self, directory, model, optimizer, loss_scale=None, max_to_keep=3):
+    def __init__(self, directory, model, optimizer, step, loss_scale=None, max_to_keep=3):
         self.directory = directory
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.step = step
         self.best_metric = tf.Variable(float("-inf"), dtype=tf.float64, trainable=False, name="best_metric")
         self.best_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_step")
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
@@ -51,13 +51,11 @@ class Checkpoints:
         self.checkpoint.restore(path).assert_existing_objects_matched()
         return int(self.step.numpy())
 
-    def save(self, step):
-        self.step.assign(step)
-        return self.manager.save(checkpoint_number=step)
+    def save(self):
+        return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
-    def save_best(self, step):
-        self.step.assign(step)
-        return self.best_manager.save(checkpoint_number=step)
+    def save_best(self):
+        return self.best_manager.save(checkpoint_number=int(self.step.numpy()))
 
     def restore_best(self):
         """Restores the best checkpoint (by the dev metric); falls back to the latest."""

@@ -64,7 +64,7 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
         if uses_loss_scaling(policy):
             scaler = DynamicLossScale(config.precision.initial_scale, config.precision.growth_interval)
         trainer = Trainer(strategy, job.model, optimizer, job.loss_fn, scaler, config.runtime.jit_compile, t.clip_norm)
-    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, scaler, t.max_to_keep)
+    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, trainer.step, scaler, t.max_to_keep)
     start_step = checkpoints.restore_latest()
     log = MetricsLog(metrics_path, resume_step=start_step)
     scalars = Scalars(os.path.join(run_dir, "tensorboard"))
@@ -113,7 +113,7 @@ class _Loop:
             while step < self.steps:
                 n = self._chunk(step)
                 window.add(self.trainer.train(iterator, n), n)
-                step += n
+                step = int(self.trainer.step.numpy())
                 progress.update(step, window.last_loss, window.tokens_per_second())
                 if step % self.config.train.log_every == 0 or step == self.steps:
                     progress.clear()
@@ -124,8 +124,8 @@ class _Loop:
                         break
         except (KeyboardInterrupt, Interrupted):
             progress.clear()
-            self.checkpoints.save(step)
-            logger.info(f"interrupted: saved a checkpoint at step {step}; rerun the same command to resume")
+            self.checkpoints.save()
+            logger.info(f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; rerun the same command to resume")
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_handler)
@@ -184,9 +184,9 @@ class _Loop:
             stop = self._stopped_early()
             if stop:
                 logger.info(f"early stop: no better dev {self.job.primary_metric} in {self.config.train.patience} evaluations")
-        self.checkpoints.save(step)
+        self.checkpoints.save()
         if improved or not self.job.has_dev and step == self.steps:
-            self.checkpoints.save_best(step)
+            self.checkpoints.save_best()
         return stop
 
     def _log_eval(self, step, split, checkpoint, metrics):

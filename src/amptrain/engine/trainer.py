@@ -28,6 +28,9 @@ class Trainer:
         self.loss_scale = loss_scale
         self.clip_norm = clip_norm
         self.variables = list(model.trainable_variables)
+        # Batches consumed, counted in the graph: a Ctrl-C that lands between a graph
+        # call's return and Python's bookkeeping still checkpoints the right step.
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self._forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
@@ -98,6 +101,7 @@ class Trainer:
             skipped += 1 - tf.cast(finite, tf.int64)
             tokens += step_tokens
             norm = step_norm
+            self.step.assign_add(1)
         return {"loss_total": loss_total, "finite_steps": finite_steps, "skipped": skipped, "tokens": tokens, "grad_norm": norm}
 
     # === Eager entry points ===
