@@ -19,7 +19,10 @@ install-test: $(BIN)/python
 
 demo: install
 	$(BIN)/amptrain fit configs/classify-spam.toml
-	$(BIN)/amptrain predict runs/classify-spam --text "WIN a FREE cruise, click now" --text "see you at lunch"
+	$(BIN)/amptrain predict runs/classify-spam --text "WIN a FREE cruise, click now" \
+		--text "Re: build failure on the nightly tests . I checked the logs; the failure comes from the new rules file, patch attached."
+	@echo "test metrics (best checkpoint): $$(grep '"split": "test"' runs/classify-spam/metrics.jsonl | tail -1)"
+	@echo "run folder: runs/classify-spam   (tensorboard --logdir runs/classify-spam/tensorboard)"
 
 test: install-test
 	$(BIN)/python -m pytest -q
