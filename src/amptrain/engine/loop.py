@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -108,7 +109,9 @@ class _Loop:
         iterator = iter(self.trainer.strategy.experimental_distribute_dataset(self.job.train_dataset(step)))
         progress = Progress(self.steps, step)
         window = _Window()
-        previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
+        # Signal handlers can only be set from the main thread (fit may run elsewhere).
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
         try:
             while step < self.steps:
                 n = self._chunk(step)
@@ -128,7 +131,8 @@ class _Loop:
             logger.info(f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; rerun the same command to resume")
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous_handler)
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, previous_handler)
 
     def _chunk(self, step):
         """Steps in the next graph call: up to steps_per_execution, never past a boundary."""
