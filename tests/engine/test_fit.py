@@ -77,3 +77,9 @@ def test_predict_and_eval_use_the_best_checkpoint(tiny):
     scored = amptrain.evaluate(str(tiny / "run"), split="test")
     test = [r for r in read_metrics(tiny / "run" / "metrics.jsonl") if r.get("split") == "test"][-1]
     assert scored["accuracy"] == pytest.approx(test["accuracy"])
+
+
+def test_eval_of_a_split_the_run_has_not_is_a_user_error(tiny):
+    fit(tiny, "run", 'data.dev=""')
+    with pytest.raises(amptrain.errors.UserError, match=r"the run's config has no data\.dev file; pass --data PATH"):
+        amptrain.evaluate(str(tiny / "run"), split="dev")

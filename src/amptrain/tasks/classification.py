@@ -53,7 +53,7 @@ class ClassificationTask:
 
     def prepare(self, split_names=("train", "dev", "test")):
         """Reads the splits, learns (or reloads from the run folder) the vocabulary and
-        labels, and encodes. Bucket lengths come from the first split named."""
+        labels, and encodes. Bucket lengths come from the first named split the config has."""
         d = self.config.data
         paths = {"train": d.train, "dev": d.dev, "test": d.test}
         wanted = [name for name in split_names if paths.get(name)]
@@ -61,15 +61,15 @@ class ClassificationTask:
             wanted = ["train"] + [name for name in wanted if name != "train"]
         examples = {name: self._read(paths[name]) for name in wanted}
         self.labels = self._load_or_make_labels(examples.get("train"))
-        for name in wanted:  # unknown labels are reported before any slow work
-            readers.label_ids(examples[name], self.labels, paths[name])
+        # Unknown labels are reported before any slow work.
+        label_ids = {name: readers.label_ids(examples[name], self.labels, paths[name]) for name in wanted}
         self.tokenizer = WordPiece(self._load_or_make_vocabulary(examples.get("train")), lowercase=d.lowercase)
-        for name in split_names:
-            if name in examples:
-                self.splits[name] = self._encode(name, paths[name], examples[name])
-        if not split_names:
+        present = [name for name in split_names if name in examples]
+        for name in present:
+            self.splits[name] = self._encode(name, paths[name], examples[name], label_ids[name])
+        if not present:
             return
-        first = self.splits[split_names[0]]
+        first = self.splits[present[0]]
         self.boundaries = self._boundaries(first.lengths)
         logger.info(
             f"data: {len(first.examples)} {first.name} examples, {len(self.labels)} labels {self.labels}, "
@@ -111,8 +111,7 @@ class ClassificationTask:
         save_vocabulary(vocabulary, saved)
         return vocabulary
 
-    def _encode(self, name, path, examples):
-        label_ids = readers.label_ids(examples, self.labels, path)
+    def _encode(self, name, path, examples, label_ids):
         return Split(name, path, examples, label_ids, self.encode_texts([e.text for e in examples]), self.config.data.max_length)
 
     def encode_texts(self, texts):
@@ -219,7 +218,8 @@ class ClassificationTask:
 
     def add_split(self, name, path):
         """Reads and encodes another labelled file (for `amptrain eval --data`)."""
-        self.splits[name] = self._encode(name, path, self._read(path))
+        examples = self._read(path)
+        self.splits[name] = self._encode(name, path, examples, readers.label_ids(examples, self.labels, path))
         self.boundaries = self._boundaries(self.splits[name].lengths)
 
     def predict_texts(self, predict, texts):
