@@ -15,13 +15,16 @@ def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-    from amptrain.errors import Interrupted, UserError
+    from amptrain.errors import Interrupted, NumericsError, UserError
 
     try:
         return args.run(args)
     except UserError as error:
         print(f"amptrain: error: {error}", file=sys.stderr)
         return 2
+    except NumericsError as error:
+        print(f"amptrain: training stopped: {error}", file=sys.stderr)
+        return 3
     except Interrupted:
         print("amptrain: stopped by SIGTERM after saving a checkpoint; rerun to resume", file=sys.stderr)
         return 143

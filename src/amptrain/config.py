@@ -8,6 +8,7 @@ a message naming the key, what was expected and what was received.
 """
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -22,6 +23,8 @@ from amptrain.errors import ConfigError
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 STRATEGIES = ("default",)
 TASK_NAMES = ("classification",)
+LOSS_SCALES = ("auto", "dynamic", "none")
+ON_NONFINITE = ("stop", "skip", "restore")
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,16 @@ class ModelConfig:
 @dataclass(frozen=True)
 class PrecisionConfig:
     policy: str = "auto"
+    # "auto": dynamic under mixed_float16, none otherwise; "dynamic"; "none"; or a number (fixed)
+    loss_scale: typing.Union[str, float] = "auto"
     initial_scale: float = 2.0**15
-    growth_interval: int = 2000
+    growth_interval: int = 2000  # finite steps in a row before the scale grows
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    hysteresis: int = 1  # overflowing steps in a row before the scale backs off
+    min_scale: float = 1.0  # backing off never goes below; an overflow here stops the run
+    max_scale: float = 2.0**24  # growing never goes above (an initial or fixed scale may)
+    max_consecutive_skips: int = 50  # skipped steps in a row that stop the run
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,7 @@ class RuntimeConfig:
     steps_per_execution: int = 1
     seed: int = 0
     deterministic: bool = False
+    check_numerics: bool = False  # tf.debugging.enable_check_numerics; turns XLA off
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,9 @@ class TrainConfig:
     checkpoint_every: int = 100
     max_to_keep: int = 3
     patience: int = 0  # evaluations without improvement before stopping; 0: never
+    on_nonfinite: str = "stop"  # a non-finite loss: stop | skip | restore (the last good checkpoint)
+    restore_lr_factor: float = 0.5  # learning rate multiplier after each restore
+    max_restores: int = 3
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -185,18 +200,17 @@ def _build_section(section, cls, values, source):
 
 def _check_type(key, annotation, value):
     """Returns `value` if it fits `annotation` (int is accepted for float), else raises."""
-    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    base = [a for a in typing.get_args(annotation) if a is not type(None)][0] if optional else annotation
-    if optional and value is None:
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    bases = [a for a in typing.get_args(annotation) if a is not type(None)] if union else [annotation]
+    if value is None and type(None) in typing.get_args(annotation):
         return None
-    ok = isinstance(value, base) and not (base is int and isinstance(value, bool))
-    if base is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not ok:
-        raise ConfigError(
-            f"{key}: expected {base.__name__}, received {value!r} ({type(value).__name__})"
-        )
-    return value
+    for base in bases:
+        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, base) and not (base is int and isinstance(value, bool)):
+            return value
+    expected = " or ".join(b.__name__ for b in bases)
+    raise ConfigError(f"{key}: expected {expected}, received {value!r} ({type(value).__name__})")
 
 
 def _resolve_paths(config, base_dir):
@@ -238,9 +252,7 @@ def validate(config):
     )
     require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
-    finite_positive = p.initial_scale > 0 and p.initial_scale != float("inf")
-    require(finite_positive, "precision.initial_scale", "a finite number > 0", p.initial_scale)
-    require(p.growth_interval >= 1, "precision.growth_interval", "an integer >= 1", p.growth_interval)
+    _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
     require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
     require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
@@ -257,6 +269,33 @@ def validate(config):
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
     require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
     require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
+    require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)
+    require(0 < t.restore_lr_factor <= 1, "train.restore_lr_factor", "a number in (0, 1]", t.restore_lr_factor)
+    require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
+
+
+def _validate_loss_scale(p, require):
+    """The scaler's settings; NaN fails every comparison, so it is refused too."""
+
+    def finite_positive(value):
+        return 0 < value < math.inf
+
+    scale = p.loss_scale
+    if isinstance(scale, str):
+        require(scale in LOSS_SCALES, "precision.loss_scale", f"{' | '.join(LOSS_SCALES)} or a number > 0", scale)
+    else:
+        require(finite_positive(scale), "precision.loss_scale", "a finite number > 0 (a fixed scale)", scale)
+    require(finite_positive(p.initial_scale), "precision.initial_scale", "a finite number > 0", p.initial_scale)
+    require(p.growth_interval >= 1, "precision.growth_interval", "an integer >= 1", p.growth_interval)
+    require(1 < p.growth_factor < math.inf, "precision.growth_factor", "a finite number > 1", p.growth_factor)
+    require(0 < p.backoff_factor < 1, "precision.backoff_factor", "a number in (0, 1)", p.backoff_factor)
+    require(p.hysteresis >= 1, "precision.hysteresis", "an integer >= 1", p.hysteresis)
+    require(finite_positive(p.min_scale), "precision.min_scale", "a finite number > 0", p.min_scale)
+    require(finite_positive(p.max_scale), "precision.max_scale", "a finite number > 0", p.max_scale)
+    require(
+        p.min_scale <= p.max_scale, "precision.min_scale", f"at most precision.max_scale ({p.max_scale:g})", p.min_scale
+    )
+    require(p.max_consecutive_skips >= 1, "precision.max_consecutive_skips", "an integer >= 1", p.max_consecutive_skips)
 
 
 def to_dict(config):

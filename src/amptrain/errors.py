@@ -15,3 +15,8 @@ class DataError(UserError):
 
 class Interrupted(Exception):
     """SIGTERM arrived: raised in the main thread so training can checkpoint and leave."""
+
+
+class NumericsError(Exception):
+    """Training cannot go on with finite numbers (the loss scale collapsed, the loss stayed
+    non-finite): the message is a diagnosis of several lines, the last good checkpoint is kept."""
