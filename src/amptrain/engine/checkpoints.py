@@ -1,7 +1,7 @@
 """Step-keyed checkpoints of everything a resume needs, and the best one kept apart.
 
     checkpoints = Checkpoints("runs/x/checkpoints", model, optimizer, trainer.step,
-                              loss_scale=scaler, max_to_keep=3)
+                              state={"loss_scale": scaler, **trainer.counters()}, max_to_keep=3)
     step = checkpoints.restore_latest()   # 0 when there is none
     checkpoints.save()                    # keyed by the step variable's value
     checkpoints.save_best()
@@ -9,16 +9,23 @@
 The data position needs no saving: the batch plan is a function of (seed, step).
 The best-so-far metric and the early-stopping count live in variables here so that
 they are restored together with the weights they describe.
+
+A checkpoint is the last good state a NaN policy goes back to, so `save` refuses
+weights that are not all finite (the engine never applies a non-finite step; this is
+the guard that keeps a bug elsewhere from poisoning the checkpoints).
 """
 
 import os
 
 import tensorflow as tf
 
+from amptrain.errors import NumericsError
+
 
 class Checkpoints:
-    def __init__(self, directory, model, optimizer, step, loss_scale=None, max_to_keep=3):
+    def __init__(self, directory, model, optimizer, step, state=None, max_to_keep=3):
         self.directory = directory
+        self.model = model
         self.step = step
         self.best_metric = tf.Variable(float("-inf"), dtype=tf.float64, trainable=False, name="best_metric")
         self.best_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_step")
@@ -35,8 +42,9 @@ class Checkpoints:
             best_step=self.best_step,
             evals_since_best=self.evals_since_best,
         )
-        if loss_scale is not None:
-            tracked["loss_scale"] = loss_scale
+        for name, trackable in (state or {}).items():
+            if trackable is not None and name not in tracked:
+                tracked[name] = trackable
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
         self.best_manager = tf.train.CheckpointManager(
@@ -52,7 +60,16 @@ class Checkpoints:
         return int(self.step.numpy())
 
     def save(self):
+        self._check_finite()
         return self.manager.save(checkpoint_number=int(self.step.numpy()))
+
+    def _check_finite(self):
+        bad = [v.path for v in self.model.trainable_variables if not tf.reduce_all(tf.math.is_finite(v)).numpy()]
+        if bad:
+            raise NumericsError(
+                f"refusing to checkpoint step {int(self.step.numpy())}: non-finite weights in {', '.join(bad[:5])}; "
+                f"the last good checkpoint is {self.manager.latest_checkpoint}"
+            )
 
     def save_best(self):
         return self.best_manager.save(checkpoint_number=int(self.step.numpy()))

@@ -21,10 +21,10 @@ from amptrain import distribute
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.optimizer import build_optimizer, current_learning_rate
 from amptrain.engine.telemetry import LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
-from amptrain.engine.trainer import Trainer
-from amptrain.errors import Interrupted
-from amptrain.precision.loss_scale import DynamicLossScale
-from amptrain.precision.policy import uses_loss_scaling
+from amptrain.engine.numerics import NumericsWatch
+from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, Trainer
+from amptrain.errors import Interrupted, NumericsError
+from amptrain.precision.loss_scale import build_scaler
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -59,13 +59,22 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
         return _final_test_record(metrics_path)
 
     with strategy.scope():
-        optimizer = build_optimizer(t, steps)
+        optimizer, lr_factor = build_optimizer(t, steps)
         optimizer.build(job.model.trainable_variables)
-        scaler = None
-        if uses_loss_scaling(policy):
-            scaler = DynamicLossScale(config.precision.initial_scale, config.precision.growth_interval)
-        trainer = Trainer(strategy, job.model, optimizer, job.loss_fn, scaler, config.runtime.jit_compile, t.clip_norm)
-    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, trainer.step, scaler, t.max_to_keep)
+        scaler = build_scaler(config.precision, policy)
+        trainer = Trainer(
+            strategy,
+            job.model,
+            optimizer,
+            job.loss_fn,
+            scaler,
+            config.runtime.jit_compile,
+            t.clip_norm,
+            max_consecutive_skips=config.precision.max_consecutive_skips,
+            stop_on_nonfinite_loss=t.on_nonfinite != "skip",
+        )
+    state = {"loss_scale": scaler, "learning_rate_factor": lr_factor, **trainer.counters()}
+    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, trainer.step, state, t.max_to_keep)
     start_step = checkpoints.restore_latest()
     log = MetricsLog(metrics_path, resume_step=start_step)
     scalars = Scalars(os.path.join(run_dir, "tensorboard"))
@@ -77,6 +86,8 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
             "policy_reason": policy_reason,
             "jit_compile": config.runtime.jit_compile,
             "steps_per_execution": config.runtime.steps_per_execution,
+            "loss_scale": scaler.describe() if scaler is not None else None,
+            "on_nonfinite": t.on_nonfinite,
             "resumed_from_step": start_step,
             "total_steps": steps,
         }
@@ -84,8 +95,10 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
     if start_step:
         logger.info(f"resuming from the checkpoint of step {start_step}")
     logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {job.steps_per_epoch} a epoch")
+    if scaler is not None:
+        logger.info(scaler.describe())
 
-    loop = _Loop(job, config, trainer, checkpoints, log, scalars, steps, eval_every)
+    loop = _Loop(job, config, trainer, checkpoints, log, scalars, steps, eval_every, lr_factor)
     try:
         loop.run(start_step)
         return _final_test(job, trainer, checkpoints, log, scalars)
@@ -94,45 +107,103 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
 
 
 class _Loop:
-    def __init__(self, job, config, trainer, checkpoints, log, scalars, steps, eval_every):
+    def __init__(self, job, config, trainer, checkpoints, log, scalars, steps, eval_every, lr_factor):
         self.job, self.config, self.trainer = job, config, trainer
         self.checkpoints, self.log, self.scalars = checkpoints, log, scalars
         self.steps, self.eval_every = steps, eval_every
+        self.lr_factor = lr_factor
         self.spe = config.runtime.steps_per_execution
         t = config.train
         self.boundaries = (t.log_every, eval_every, t.checkpoint_every)
+        self.restores = 0
 
     def run(self, start_step):
         step = start_step
         if step >= self.steps or self._stopped_early():
             return
-        iterator = iter(self.trainer.strategy.experimental_distribute_dataset(self.job.train_dataset(step)))
-        progress = Progress(self.steps, step)
-        window = _Window()
+        if self.config.train.on_nonfinite == "restore" and self.checkpoints.manager.latest_checkpoint is None:
+            self.checkpoints.save()  # something to go back to before the first interval
+        self.watch = NumericsWatch(self.trainer, self.log)
         # Signal handlers can only be set from the main thread (fit may run elsewhere).
+        # The handler only raises a flag that the loop checks after each graph call: an
+        # exception raised wherever the signal lands (inside the input generator that
+        # TensorFlow calls back, or halfway through writing a checkpoint) could leave
+        # the process hanging instead of saving.
+        self.terminated = threading.Event()
         in_main_thread = threading.current_thread() is threading.main_thread()
-        previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
+        previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: self.terminated.set()) if in_main_thread else None
         try:
             while step < self.steps:
-                n = self._chunk(step)
-                window.add(self.trainer.train(iterator, n), n)
-                step = int(self.trainer.step.numpy())
-                progress.update(step, window.last_loss, window.tokens_per_second())
-                if step % self.config.train.log_every == 0 or step == self.steps:
-                    progress.clear()
-                    self._log_train(step, window)
-                    window = _Window()
-                if self._end_of_interval(step):
-                    if self._evaluate_and_checkpoint(step):
-                        break
+                step = self._train_from(step)
         except (KeyboardInterrupt, Interrupted):
-            progress.clear()
             self.checkpoints.save()
             logger.info(f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; rerun the same command to resume")
             raise
         finally:
             if in_main_thread:
                 signal.signal(signal.SIGTERM, previous_handler)
+
+    def _train_from(self, step):
+        """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
+        iterator = iter(self.trainer.strategy.experimental_distribute_dataset(self.job.train_dataset(step)))
+        progress = Progress(self.steps, step)
+        window = _Window()
+        try:
+            while step < self.steps:
+                totals = self.trainer.train(iterator, self._chunk(step))
+                previous, step = step, int(self.trainer.step.numpy())
+                window.add(totals, step - previous)
+                if self.terminated.is_set():
+                    raise Interrupted("SIGTERM")
+                stopped = int(totals["stop"]) != RUNNING
+                if stopped or int(totals["overflow_steps"]):
+                    progress.clear()  # log lines follow
+                self.watch.after_call(totals, step)
+                if stopped:
+                    self._log_train(step, window)
+                    return self._cannot_go_on(totals, step)
+                progress.update(step, window.last_loss, window.tokens_per_second(), self._scale_note())
+                if step % self.config.train.log_every == 0 or step == self.steps:
+                    progress.clear()
+                    self._log_train(step, window)
+                    window = _Window()
+                if self._end_of_interval(step) and self._evaluate_and_checkpoint(step):
+                    return self.steps
+        finally:
+            progress.clear()
+        return step
+
+    def _cannot_go_on(self, totals, step):
+        """A graph call stopped early: restore the last good checkpoint if the NaN policy
+        allows one more, else stop with a diagnosis. Returns the step to train from."""
+        t = self.config.train
+        if int(totals["stop"]) == NONFINITE_LOSS and t.on_nonfinite == "restore" and self.restores < t.max_restores:
+            return self._restore(step)
+        raise NumericsError(self.watch.diagnosis(totals["stop"], step, self.config, self.checkpoints.manager.latest_checkpoint))
+
+    def _restore(self, bad_step):
+        path = self.checkpoints.manager.latest_checkpoint
+        step = self.checkpoints.restore_latest()
+        self.restores += 1
+        # The checkpoint brought back its own factor; lower it from there.
+        factor = float(self.lr_factor.numpy()) * self.config.train.restore_lr_factor
+        self.lr_factor.assign(factor)
+        self.log.rewind(step)
+        self.log.write({"kind": "restore", "step": step, "from_step": bad_step, "checkpoint": path,
+                        "learning_rate_factor": factor, "restores": self.restores})
+        logger.info(
+            f"non-finite loss at step {bad_step}: restored the checkpoint of step {step} ({path}), learning rate "
+            f"x{factor:g} from here (restore {self.restores} of {self.config.train.max_restores}); the steps "
+            "after it are trained again and their records replaced"
+        )
+        self.watch.note_scale(step)
+        return step
+
+    def _scale_note(self):
+        scaler = self.trainer.loss_scale
+        if scaler is None:
+            return ""
+        return f"scale {scaler.scale.numpy():g}  skipped {int(self.trainer.skipped_steps.numpy())}"
 
     def _chunk(self, step):
         """Steps in the next graph call: up to steps_per_execution, never past a boundary."""
@@ -156,7 +227,9 @@ class _Loop:
             "loss": window.mean_loss(),
             "learning_rate": current_learning_rate(self.trainer.optimizer),
             "loss_scale": float(scale.scale.numpy()) if scale is not None else None,
-            "skipped_steps": int(scale.skipped_steps.numpy()) if scale is not None else 0,
+            "skipped_steps": int(self.trainer.skipped_steps.numpy()),
+            "consecutive_skips": int(self.trainer.consecutive_skips.numpy()),
+            "overflows": window.overflow_steps,
             "grad_norm": window.grad_norm,
             "tokens_per_second": window.tokens_per_second(),
             "padded_tokens_per_second": window.tokens_per_second(padded=True),
@@ -164,10 +237,12 @@ class _Loop:
         }
         self.log.write(record)
         self.scalars.write("train", step, {k: v for k, v in record.items() if k not in ("kind", "step", "wall_time")})
+        skipped = f"  skipped {record['skipped_steps']}" if record["skipped_steps"] else ""
         logger.info(
             f"step {step}/{self.steps}  loss {record['loss']:.4f}  lr {record['learning_rate']:.2e}  "
             f"{record['tokens_per_second']:,.0f} tokens/s"
-            + (f"  loss scale {record['loss_scale']:g}  skipped {record['skipped_steps']}" if scale is not None else "")
+            + (f"  loss scale {record['loss_scale']:g}" if scale is not None else "")
+            + skipped
         )
 
     def _evaluate_and_checkpoint(self, step):
@@ -223,17 +298,14 @@ def _final_test_record(metrics_path):
     return tests[-1] if tests else {}
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(f"signal {signum}")
-
-
 class _Window:
     """Totals of the steps since the last `train` record."""
 
     def __init__(self):
         self.started = time.time()
         self.loss_total = 0.0
-        self.finite_steps = 0
+        self.applied_steps = 0
+        self.overflow_steps = 0
         self.steps = 0
         self.tokens = [0, 0]
         self.grad_norm = None
@@ -241,14 +313,17 @@ class _Window:
 
     def add(self, totals, n):
         self.loss_total += float(totals["loss_total"])
-        self.finite_steps += int(totals["finite_steps"])
+        self.applied_steps += int(totals["applied_steps"])
+        self.overflow_steps += int(totals["overflow_steps"])
         self.steps += n
         self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
-        self.grad_norm = float(totals["grad_norm"])
+        if int(totals["applied_steps"]):
+            self.grad_norm = float(totals["grad_norm"])
         self.last_loss = self.mean_loss()
 
     def mean_loss(self):
-        return self.loss_total / self.finite_steps if self.finite_steps else float("nan")
+        """The mean loss of the applied steps (NaN when every step was skipped)."""
+        return self.loss_total / self.applied_steps if self.applied_steps else float("nan")
 
     def tokens_per_second(self, padded=False):
         elapsed = max(time.time() - self.started, 1e-9)

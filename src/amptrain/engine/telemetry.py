@@ -46,9 +46,14 @@ class MetricsLog:
 
     def __init__(self, path, resume_step=None):
         self.path = path
-        if resume_step is not None and os.path.exists(path):
-            kept = [r for r in read_metrics(path) if _kept_on_resume(r, resume_step)]
-            _atomic_write(path, "".join(json.dumps(r) + "\n" for r in kept))
+        if resume_step is not None:
+            self.rewind(resume_step)
+
+    def rewind(self, step):
+        """Drops the records of steps after `step` (and test scores): they are made again."""
+        if os.path.exists(self.path):
+            kept = [r for r in read_metrics(self.path) if _kept_on_resume(r, step)]
+            _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record):
         record = {key: _json_value(value) for key, value in record.items()}
@@ -111,7 +116,7 @@ class Progress:
         self.stream = stream
         self.interactive = stream.isatty()
 
-    def update(self, step, loss, tokens_per_second):
+    def update(self, step, loss, tokens_per_second, note=""):
         if not self.interactive:
             return
         done = step - self.start_step
@@ -119,14 +124,14 @@ class Progress:
         left = elapsed / done * (self.total_steps - step) if done else float("nan")
         line = (
             f"step {step}/{self.total_steps}  loss {loss:.4f}  "
-            f"{tokens_per_second:,.0f} tokens/s  {format_duration(left)} left"
+            f"{tokens_per_second:,.0f} tokens/s  {note + '  ' if note else ''}{format_duration(left)} left"
         )
-        self.stream.write("\r" + line.ljust(80))
+        self.stream.write("\r" + line.ljust(100))
         self.stream.flush()
 
     def clear(self):
         if self.interactive:
-            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.write("\r" + " " * 100 + "\r")
             self.stream.flush()
 
 

@@ -1,45 +1,82 @@
 """The training step: N steps in one graph call, each step run on every replica.
 
     trainer = Trainer(strategy, model, optimizer, loss_fn, loss_scale=None, jit_compile=True)
-    totals = trainer.train(iterator, num_steps=8)   # one graph call, 8 optimizer steps
+    totals = trainer.train(iterator, num_steps=8)   # one graph call, up to 8 steps
     outputs = trainer.predict(dataset)              # list of numpy outputs, one per batch
 
 The loss contract: `loss_fn(targets, outputs)` returns the sum of per-target losses and
 the number of real targets on this replica. Both are all-reduced and divided, so the
 update is the same for any replica count, padding, or token-level task.
 
+Skipping: a step is applied only if its loss and its all-reduced gradients are finite.
+A skipped step changes no weight, no optimizer slot and not the optimizer's iteration
+count (so not the learning-rate schedule either), but it consumes its batch: `step`
+counts batches, so the data position and resume stay exact. The graph call returns
+early (and says why in `stop`) when the run cannot go on: an overflow with the loss
+scale at its floor, `max_consecutive_skips` skipped steps in a row, or a non-finite
+loss when the NaN policy is not "skip". Everything the loop reports is computed in the
+graph, so it holds for any `steps_per_execution` and under XLA.
+
 Why the functions are split the way they are (each a pitfall met, see
 docs/architecture.md): XLA cannot compile the op that pulls from a `tf.data` iterator,
 so only the replica's forward and backward pass is jit-compiled and the multi-step loop
 is an ordinary `tf.function`. A `tf.cond` around `optimizer.apply` inside a replica
-context fails (the optimizer calls `merge_call`), so the skip decision for a
-non-finite step is taken in the cross-replica context.
+context fails (the optimizer calls `merge_call`), so the skip decision is taken in the
+cross-replica context.
 """
 
 import tensorflow as tf
 
+# Why a graph call stopped early (the `stop` total).
+RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
 
 class Trainer:
-    def __init__(self, strategy, model, optimizer, loss_fn, loss_scale=None, jit_compile=False, clip_norm=0.0):
+    def __init__(
+        self,
+        strategy,
+        model,
+        optimizer,
+        loss_fn,
+        loss_scale=None,
+        jit_compile=False,
+        clip_norm=0.0,
+        max_consecutive_skips=0,
+        stop_on_nonfinite_loss=True,
+    ):
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.loss_scale = loss_scale
         self.clip_norm = clip_norm
+        self.max_consecutive_skips = max_consecutive_skips  # 0: no limit
+        self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
         self.variables = list(model.trainable_variables)
-        # Batches consumed, counted in the graph: a Ctrl-C that lands between a graph
-        # call's return and Python's bookkeeping still checkpoints the right step.
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        # Counted in the graph and checkpointed: a Ctrl-C that lands between a graph
+        # call's return and Python's bookkeeping still saves the right numbers.
+        aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+        def counter(name):
+            return tf.Variable(0, dtype=tf.int64, trainable=False, name=name, aggregation=aggregation)
+
+        self.step = counter("step")  # batches consumed, skipped or not
+        self.skipped_steps = counter("skipped_steps")
+        self.consecutive_skips = counter("consecutive_skips")
         self._forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
         self._predict_loop = tf.function(lambda features: self.strategy.run(self._predict_step, args=(features,)), reduce_retracing=True)
 
+    def counters(self):
+        """The trackables a checkpoint must hold besides the model and optimizer."""
+        return {"step": self.step, "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips}
+
     # === Replica context ===
 
-    def _forward_backward_impl(self, features, targets):
-        scale = self.loss_scale.scale if self.loss_scale is not None else tf.constant(1.0)
+    def _current_scale(self):
+        return self.loss_scale.scale.read_value() if self.loss_scale is not None else tf.constant(1.0)
+
+    def _forward_backward_impl(self, features, targets, scale):
         with tf.GradientTape() as tape:
             outputs = self.model(features, training=True)
             loss_sum, count = self.loss_fn(targets, outputs)
@@ -51,10 +88,9 @@ class Trainer:
         gradients = tape.gradient(scaled, self.variables)
         return loss_sum, count, gradients
 
-    def _replica_step(self, features, targets, token_counts):
+    def _replica_step(self, features, targets, token_counts, scale):
         context = tf.distribute.get_replica_context()
-        loss_sum, count, gradients = self._forward_backward(features, targets)
-        scale = self.loss_scale.scale if self.loss_scale is not None else tf.constant(1.0)
+        loss_sum, count, gradients = self._forward_backward(features, targets, scale)
         global_loss_sum, global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, count])
         share = count / (tf.maximum(global_count, 1.0) * scale)
         gradients = [tf.convert_to_tensor(g) * share for g in gradients]
@@ -62,13 +98,15 @@ class Trainer:
         # its norm, its finiteness (one replica's inf makes the sum inf, so the skip
         # decision covers every replica) and the clipping all see the same values.
         gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients])
+        # One flag a variable: the overflow locator's evidence, and their AND is the
+        # step's finiteness, so the locator costs nothing extra.
+        variable_finite = tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in gradients])
         norm = tf.linalg.global_norm(gradients)
         if self.clip_norm > 0:
             gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm, use_norm=norm)
         tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(tf.cast(token_counts, tf.int64), axis=0))
         loss = global_loss_sum / tf.maximum(global_count, 1.0)
-        return loss, finite, norm, tokens, gradients
+        return loss, variable_finite, norm, tokens, gradients
 
     def _predict_impl(self, features):
         return self.model(features, training=False)
@@ -78,31 +116,53 @@ class Trainer:
     def _apply(self, gradients):
         self.optimizer.apply(gradients, self.variables)
 
+    def _one_step(self, iterator):
+        """Runs and (if finite) applies one step; returns its numbers and why to stop."""
+        features, targets, token_counts = next(iterator)
+        scale = self._current_scale()
+        results = self.strategy.run(self._replica_step, args=(features, targets, token_counts, scale))
+        # After the all-reduces every replica holds the same values: read the first.
+        local = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
+        loss, variable_finite, norm, tokens = (local(v) for v in results[:4])
+        gradients = [local(g) for g in results[4]]
+        loss_finite = tf.math.is_finite(loss)
+        grads_finite = tf.reduce_all(variable_finite)
+        applied = tf.logical_and(loss_finite, grads_finite)
+        tf.cond(applied, lambda: self._apply(gradients), lambda: None)
+        at_floor = self.loss_scale.update(loss_finite, grads_finite) if self.loss_scale is not None else tf.constant(False)
+        self.skipped_steps.assign_add(1 - tf.cast(applied, tf.int64))
+        self.consecutive_skips.assign(tf.where(applied, tf.constant(0, tf.int64), self.consecutive_skips + 1))
+        # Without a scaler there is nothing to back off: non-finite gradients are the NaN policy's.
+        nonfinite = tf.logical_not(loss_finite if self.loss_scale is not None else applied)
+        too_many = self.max_consecutive_skips > 0 and self.consecutive_skips >= self.max_consecutive_skips
+        stop = tf.where(at_floor, SCALE_AT_FLOOR, tf.where(too_many, TOO_MANY_SKIPS, RUNNING))
+        if self.stop_on_nonfinite_loss:
+            stop = tf.where(tf.logical_and(nonfinite, stop == RUNNING), NONFINITE_LOSS, stop)
+        self.step.assign_add(1)
+        step = {"loss": loss, "applied": applied, "grads_finite": grads_finite, "nonfinite": nonfinite}
+        return step, variable_finite, norm, tokens, scale, stop
+
     def _train_loop_impl(self, iterator, num_steps):
-        loss_total = tf.constant(0.0)
-        finite_steps = tf.constant(0, tf.int64)
-        skipped = tf.constant(0, tf.int64)
-        tokens = tf.zeros([2], tf.int64)  # real, padded
-        norm = tf.constant(0.0)
-        for _ in tf.range(num_steps):
-            features, targets, token_counts = next(iterator)
-            results = self.strategy.run(self._replica_step, args=(features, targets, token_counts))
-            # After the all-reduces every replica holds the same values: read the first.
-            local = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
-            loss, finite, step_norm, step_tokens = (local(v) for v in results[:4])
-            gradients = [local(g) for g in results[4]]
-            if self.loss_scale is not None:
-                tf.cond(finite, lambda: self._apply(gradients), lambda: None)
-                self.loss_scale.update(finite)
-            else:
-                self._apply(gradients)
-            loss_total += tf.where(finite, loss, 0.0)
-            finite_steps += tf.cast(finite, tf.int64)
-            skipped += 1 - tf.cast(finite, tf.int64)
-            tokens += step_tokens
-            norm = step_norm
-            self.step.assign_add(1)
-        return {"loss_total": loss_total, "finite_steps": finite_steps, "skipped": skipped, "tokens": tokens, "grad_norm": norm}
+        totals = {
+            "loss_total": tf.constant(0.0),
+            "applied_steps": tf.constant(0, tf.int64),
+            "overflow_steps": tf.constant(0, tf.int64),
+            "nonfinite_steps": tf.constant(0, tf.int64),
+            "tokens": tf.zeros([2], tf.int64),  # real, padded
+            "grad_norm": tf.constant(float("nan")),  # of the last applied step
+            "stop": tf.constant(RUNNING),
+            # The first overflow of the call: its step, the scale it ran with, and which
+            # variables' gradients were non-finite.
+            "overflow_step": tf.constant(-1, tf.int64),
+            "overflow_scale": tf.constant(0.0),
+            "overflow_variables": tf.zeros([len(self.variables)], tf.bool),
+        }
+        done = tf.constant(0, tf.int64)
+        while done < num_steps and totals["stop"] == RUNNING:
+            step, variable_finite, norm, tokens, scale, stop = self._one_step(iterator)
+            totals = _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, self.step.read_value())
+            done += 1
+        return totals
 
     # === Eager entry points ===
 
@@ -118,3 +178,20 @@ class Trainer:
             result = self._predict_loop(features)
             outputs.append(tf.nest.map_structure(lambda v: self.strategy.gather(v, axis=0).numpy(), result))
         return outputs
+
+
+def _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, step_number):
+    overflow = tf.logical_not(step["grads_finite"])
+    first_overflow = tf.logical_and(overflow, totals["overflow_step"] < 0)
+    return {
+        "loss_total": totals["loss_total"] + tf.where(step["applied"], step["loss"], 0.0),
+        "applied_steps": totals["applied_steps"] + tf.cast(step["applied"], tf.int64),
+        "overflow_steps": totals["overflow_steps"] + tf.cast(overflow, tf.int64),
+        "nonfinite_steps": totals["nonfinite_steps"] + tf.cast(step["nonfinite"], tf.int64),
+        "tokens": totals["tokens"] + tokens,
+        "grad_norm": tf.where(step["applied"], norm, totals["grad_norm"]),
+        "stop": stop,
+        "overflow_step": tf.where(first_overflow, step_number, totals["overflow_step"]),
+        "overflow_scale": tf.where(first_overflow, scale, totals["overflow_scale"]),
+        "overflow_variables": tf.where(first_overflow, tf.logical_not(variable_finite), totals["overflow_variables"]),
+    }
