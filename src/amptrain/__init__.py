@@ -24,3 +24,10 @@ def predict(run_dir, texts):
     from amptrain import api
 
     return api.predict(run_dir, texts)
+
+
+def audit(config_path, overrides=(), policy=None):
+    """The precision audit of a config's model (a dict: rows, risks, notes); see `amptrain.api.audit`."""
+    from amptrain import api
+
+    return api.audit(config_path, overrides, policy=policy)

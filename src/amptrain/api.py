@@ -1,16 +1,18 @@
-"""The Python entry points behind the CLI: fit, evaluate, predict.
+"""The Python entry points behind the CLI: fit, evaluate, predict, audit.
 
     import amptrain
     amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
     amptrain.evaluate("runs/classify-spam", split="test")
     amptrain.predict("runs/classify-spam", ["see you at lunch"])
+    amptrain.audit("configs/classify-spam.toml", policy="mixed_float16")["risks"]  # []
 """
 
 import os
 import shutil
+import tempfile
 
 from amptrain import config as config_lib
-from amptrain.errors import ConfigError, UserError
+from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
 
@@ -19,8 +21,9 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     """Trains (or resumes) a run; returns {"run_dir", "test": test metrics}."""
     config = config_lib.load_config(config_path, overrides)
     run_dir = os.path.abspath(run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
-    _claim_run_dir(config, run_dir, overwrite)
+    _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
     from amptrain.engine.telemetry import setup_logging
+    from amptrain.precision import check_numerics
     from amptrain.tasks import TASKS
 
     logger = setup_logging(run_dir)
@@ -28,8 +31,28 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     task = TASKS[config.task](config, run_dir)
     task.prepare()  # reads and checks the data first: a bad row stops the run here
 
+    if not config.runtime.check_numerics:
+        test_metrics = _train(task, config, run_dir)
+    else:
+        try:
+            test_metrics = _train(task, check_numerics.enable(config), run_dir)
+        finally:
+            # Process-wide for this thread: a later fit in the same process must not inherit it.
+            check_numerics.disable()
+    if test_metrics:
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
+        logger.info(f"test (best checkpoint): {shown}")
+    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test.jsonl, tensorboard/, checkpoints/")
+    return {"run_dir": run_dir, "test": test_metrics}
+
+
+def _train(task, config, run_dir):
+    """Builds the model and the strategy and trains; returns the test metrics.
+
+    In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
     from amptrain import distribute
     from amptrain.engine.loop import Job, run_training
+    from amptrain.precision import check_numerics
     from amptrain.precision.policy import select_policy
 
     _seed(config)
@@ -47,12 +70,12 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
         has_dev="dev" in task.splits,
         has_test="test" in task.splits,
     )
-    test_metrics = run_training(job, config, run_dir, strategy, policy, reason)
-    if test_metrics:
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
-        logger.info(f"test (best checkpoint): {shown}")
-    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test.jsonl, tensorboard/, checkpoints/")
-    return {"run_dir": run_dir, "test": test_metrics}
+    try:
+        return run_training(job, config, run_dir, strategy, policy, reason)
+    except Exception as error:
+        if config.runtime.check_numerics and check_numerics.detected(error):
+            raise NumericsError(check_numerics.explain(error, model)) from error
+        raise
 
 
 def _claim_run_dir(config, run_dir, overwrite):
@@ -126,3 +149,30 @@ def predict(run_dir, texts):
     """Labels and class probabilities for each text, with the run's best checkpoint."""
     task, predict_fn, _ = load_run(run_dir, ())
     return task.predict_texts(predict_fn, list(texts))
+
+
+def audit(config_path, overrides=(), policy=None):
+    """The precision audit (`amptrain.precision.audit`) of the config's model, built as `fit`
+    builds it; `policy` replaces `precision.policy`. Reads the training split (the
+    vocabulary and labels size the model) and writes nothing."""
+    if policy is not None:
+        overrides = [*(overrides.items() if isinstance(overrides, dict) else overrides), ("precision.policy", policy)]
+    config = config_lib.load_config(config_path, overrides)
+    from amptrain.precision.audit import audit_model
+    from amptrain.precision.policy import select_policy
+    from amptrain.tasks import TASKS
+
+    policy, reason = select_policy(config.precision.policy)
+    with tempfile.TemporaryDirectory() as run_dir:  # the task saves what it learns there
+        task = TASKS[config.task](config, run_dir)
+        task.prepare(("train",))
+        model = task.build_model(policy)
+    features, targets, _ = task.signature()
+    m = config.model
+    sizes = {
+        "model.hidden_dim": m.hidden_dim,
+        "model.intermediate_dim": m.intermediate_dim,
+        "model.hidden_dim / model.num_heads": m.hidden_dim // m.num_heads,  # the head size
+    }
+    report = audit_model(model, policy, config.precision.loss_scale, features, task.loss_fn, targets, sizes)
+    return {"config": str(config_path), "policy_reason": reason, **report}

@@ -1,8 +1,9 @@
-"""The `amptrain` command: fit, eval, predict. Thin: the work is in `amptrain.api`.
+"""The `amptrain` command: fit, eval, predict, audit. Thin: the work is in `amptrain.api`.
 
     amptrain fit configs/classify-spam.toml --set train.steps=200
     amptrain eval runs/classify-spam --split test
     amptrain predict runs/classify-spam --text "see you at lunch"
+    amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
 """
 
 import argparse
@@ -57,6 +58,19 @@ def _parser():
     source.add_argument("--text", action="append", help="a text to label (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
     predict.set_defaults(run=_predict)
+
+    audit = commands.add_parser(
+        "audit",
+        help="print each layer's compute and variable dtype, the float32 islands and the precision risks",
+        description="Build the config's model under its precision policy and print, per layer, the compute "
+        "dtype, the variable dtype and whether it is a float32 island and why; then the precision risks. "
+        "Exit status: 0 no risk, 1 risks found, 2 a config or data error.",
+    )
+    audit.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override a config value (repeatable), e.g. precision.policy=mixed_float16")
+    audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    audit.set_defaults(run=_audit)
     return parser
 
 
@@ -88,6 +102,16 @@ def _predict(args):
     for record in api.predict(args.run_dir, texts):
         print(json.dumps(record, ensure_ascii=False))
     return 0
+
+
+def _audit(args):
+    from amptrain import api
+
+    report = api.audit(args.config, args.overrides)  # a config error is reported before TensorFlow loads
+    from amptrain.precision.audit import format_report
+
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 1 if report["risks"] else 0
 
 
 if __name__ == "__main__":

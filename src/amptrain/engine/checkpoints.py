@@ -27,7 +27,8 @@ class Checkpoints:
         self.directory = directory
         self.model = model
         self.step = step
-        self.best_metric = tf.Variable(float("-inf"), dtype=tf.float64, trainable=False, name="best_metric")
+        # The lowest finite float64, not -inf: check-numerics mode stops on any read of an inf.
+        self.best_metric = tf.Variable(tf.float64.min, dtype=tf.float64, trainable=False, name="best_metric")
         self.best_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_step")
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
         tracked = dict(

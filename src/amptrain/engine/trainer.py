@@ -149,7 +149,7 @@ class Trainer:
             "overflow_steps": tf.constant(0, tf.int64),
             "nonfinite_steps": tf.constant(0, tf.int64),
             "tokens": tf.zeros([2], tf.int64),  # real, padded
-            "grad_norm": tf.constant(float("nan")),  # of the last applied step
+            "grad_norm": tf.constant(0.0),  # of the last applied step (not NaN: check-numerics would stop on it)
             "stop": tf.constant(RUNNING),
             # The first overflow of the call: its step, the scale it ran with, and which
             # variables' gradients were non-finite.

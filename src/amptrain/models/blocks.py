@@ -50,6 +50,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over unmasked keys."""
 
+    # Read by `amptrain audit` (models/islands.py); the casts in `call` say the same.
+    float32_reason = (
+        "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
+    )
+
     def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.hidden_dim = hidden_dim

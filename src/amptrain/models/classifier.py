@@ -9,10 +9,13 @@ import keras
 from keras import ops
 
 from amptrain.models.encoder import encode
+from amptrain.models.islands import float32_island
 
 
 class MaskedMeanPooling(keras.layers.Layer):
     """Mean of the states of real (unmasked) tokens."""
+
+    float32_reason = "a sum over up to max_length positions loses most of bf16's 8 bits"
 
     def call(self, states, padding_mask):
         # float32: a sum over up to max_length positions loses most of bf16's 8 bits.
@@ -30,7 +33,9 @@ def build_classifier(vocabulary_size, max_length, num_classes, model_config, dty
     # === Functional Model ===
     states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype)
     pooled = MaskedMeanPooling(dtype="float32", name="pooling")(states, padding_mask)
-    pooled = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")(pooled)
-    # float32: logits feed a softmax and a cross-entropy, both unsafe in half precision.
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(pooled)
+    head_dropout = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")
+    head_dropout = float32_island(head_dropout, "follows the float32 pooling; a cast back to half would only lose bits")
+    pooled = head_dropout(pooled)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")
+    logits = float32_island(logits, "logits feed a softmax and a cross-entropy, both unsafe in half precision")(pooled)
     return keras.Model({"token_ids": token_ids, "padding_mask": padding_mask}, logits, name="classifier")
