@@ -44,6 +44,45 @@ def test_impossible_values_are_refused(tiny):
         load(tiny, "data.dev=missing.csv")
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("precision.loss_scale=0", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received 0\.0"),
+        ("precision.loss_scale=-8", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received -8\.0"),
+        ("precision.loss_scale=inf", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received inf"),
+        ("precision.loss_scale=nan", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received nan"),
+        ("precision.loss_scale=static", r"precision\.loss_scale: expected auto \| dynamic \| none or a number > 0, received 'static'"),
+        ("precision.initial_scale=0", r"precision\.initial_scale: expected a finite number > 0, received 0\.0"),
+        ("precision.initial_scale=nan", r"precision\.initial_scale: expected a finite number > 0, received nan"),
+        ("precision.backoff_factor=1", r"precision\.backoff_factor: expected a number in \(0, 1\), received 1\.0"),
+        ("precision.backoff_factor=0", r"precision\.backoff_factor: expected a number in \(0, 1\), received 0\.0"),
+        ("precision.growth_factor=1", r"precision\.growth_factor: expected a finite number > 1, received 1\.0"),
+        ("precision.growth_factor=inf", r"precision\.growth_factor: expected a finite number > 1, received inf"),
+        ("precision.growth_interval=0", r"precision\.growth_interval: expected an integer >= 1, received 0"),
+        ("precision.hysteresis=0", r"precision\.hysteresis: expected an integer >= 1, received 0"),
+        ("precision.min_scale=0", r"precision\.min_scale: expected a finite number > 0, received 0\.0"),
+        ("precision.max_scale=0.5", r"precision\.min_scale: expected at most precision\.max_scale \(0\.5\), received 1\.0"),
+        ("precision.max_consecutive_skips=0", r"precision\.max_consecutive_skips: expected an integer >= 1, received 0"),
+        ("train.on_nonfinite=ignore", r"train\.on_nonfinite: expected stop \| skip \| restore, received 'ignore'"),
+        ("train.restore_lr_factor=0", r"train\.restore_lr_factor: expected a number in \(0, 1\], received 0\.0"),
+        ("train.max_restores=0", r"train\.max_restores: expected an integer >= 1, received 0"),
+    ],
+)
+def test_impossible_loss_scaler_and_nan_policy_values_are_refused(tiny, setting, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tiny, setting)
+
+
+def test_loss_scale_is_a_mode_or_a_number(tiny):
+    assert load(tiny).precision.loss_scale == "auto"
+    assert load(tiny, "precision.loss_scale=dynamic").precision.loss_scale == "dynamic"
+    assert load(tiny, "precision.loss_scale=1024").precision.loss_scale == 1024.0
+    # An initial or fixed scale may lie above max_scale: only growth is bounded by it.
+    assert load(tiny, "precision.initial_scale=1e10").precision.initial_scale == 1e10
+    with pytest.raises(ConfigError, match=r"precision\.loss_scale: expected str or float, received True \(bool\)"):
+        load(tiny, "precision.loss_scale=true")
+
+
 def test_steps_win_over_epochs(tiny):
     assert load(tiny, "train.steps=7", "train.epochs=5").train.total_steps(steps_per_epoch=100) == 7
     assert load(tiny, "train.epochs=5").train.total_steps(steps_per_epoch=100) == 12  # tiny.toml sets steps

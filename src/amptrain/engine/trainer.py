@@ -30,6 +30,7 @@ import tensorflow as tf
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
 
+
 class Trainer:
     def __init__(
         self,
@@ -167,7 +168,8 @@ class Trainer:
     # === Eager entry points ===
 
     def train(self, iterator, num_steps):
-        """Runs `num_steps` steps in one graph call; returns their totals as numpy values."""
+        """Runs up to `num_steps` steps in one graph call (fewer when `stop` says why);
+        returns their totals as numpy values. `self.step` tells how far it got."""
         totals = self._train_loop(iterator, tf.constant(num_steps, tf.int64))
         return {key: value.numpy() for key, value in totals.items()}
 
