@@ -71,6 +71,24 @@ def _parser():
                        help="override a config value (repeatable), e.g. precision.policy=mixed_float16")
     audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
     audit.set_defaults(run=_audit)
+
+    bench = commands.add_parser("bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups")
+    bench.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override a config value (repeatable)")
+    bench.add_argument("--precisions", default="float32,mixed_bfloat16,mixed_float16", help="comma-separated policies")
+    bench.add_argument("--jit", default="off,on", help="XLA settings to try: off,on")
+    bench.add_argument("--steps-per-execution", default="1,20", help="comma-separated integers")
+    bench.add_argument("--batch-sizes", default="", help="comma-separated global batch sizes (default: the config's)")
+    bench.add_argument("--steps", type=int, default=30, help="timed steps a repeat (default 30)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed repeats a combination (default 3)")
+    bench.add_argument("--data", choices=("real", "synthetic"), default="real",
+                       help="real: the task's input pipeline; synthetic: one real batch of the longest bucket, from memory")
+    bench.add_argument("--run-dir", help="results go to RUN_DIR/bench (default: runs/<config name>)")
+    bench.add_argument("--max-batch", action="store_true",
+                       help="also find the largest batch that fits, per precision (doubling, then bisection)")
+    bench.add_argument("--memory-limit", help="for --max-batch on a CPU: the peak resident memory allowed, e.g. 8GiB")
+    bench.set_defaults(run=_bench)
     return parser
 
 
@@ -112,6 +130,12 @@ def _audit(args):
 
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 1 if report["risks"] else 0
+
+
+def _bench(args):
+    from amptrain.bench.cli import bench
+
+    return bench(args)
 
 
 if __name__ == "__main__":

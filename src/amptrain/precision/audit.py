@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from amptrain.models.islands import island_reason
+from amptrain.models.layers import children
 
 HALF = ("float16", "bfloat16")
 FP16_MAX = 65504.0
@@ -137,7 +138,7 @@ def layer_tree(model):
     layers = {}
 
     def visit(layer, prefix):
-        for child in _children(layer):
+        for child in children(layer):
             if isinstance(child, keras.layers.InputLayer):
                 continue
             layers[prefix + child.name] = child
@@ -147,13 +148,8 @@ def layer_tree(model):
     return layers
 
 
-def _children(layer):
-    # Keras 3 has no public list of a layer's direct sublayers; `Model.layers` is this call.
-    return list(layer._flatten_layers(include_self=False, recursive=False))
-
-
 def _own_weights(layer):
-    nested = {id(v) for child in _children(layer) for v in child.weights}
+    nested = {id(v) for child in children(layer) for v in child.weights}
     return [v for v in layer.weights if id(v) not in nested]
 
 
@@ -191,9 +187,9 @@ def _dummy(specs):
 def _locator(model, layers):
     """op name -> path of the deepest layer whose name scope the op ran in (the model's
     name for its own ops, "loss" for the loss's)."""
-    children = {}
+    by_parent = {}
     for path, layer in layers.items():
-        children.setdefault(path.rpartition("/")[0], []).append((layer.name, path))
+        by_parent.setdefault(path.rpartition("/")[0], []).append((layer.name, path))
 
     def locate(op_name):
         scopes = op_name.split("/")[:-1]
@@ -204,8 +200,8 @@ def _locator(model, layers):
         path = ""
         for scope in scopes[1:]:
             # A name first, then a name with the `_N` suffix of a second call or trace.
-            match = [p for name, p in children.get(path, ()) if name == scope]
-            match = match or [p for name, p in children.get(path, ()) if _scope_of(name, scope)]
+            match = [p for name, p in by_parent.get(path, ()) if name == scope]
+            match = match or [p for name, p in by_parent.get(path, ()) if _scope_of(name, scope)]
             if not match:
                 break
             path = match[0]

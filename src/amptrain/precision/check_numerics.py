@@ -26,6 +26,8 @@ import traceback
 
 import tensorflow as tf
 
+from amptrain.models.layers import children
+
 # The engine's logger ("amptrain"), named here: precision does not import the engine.
 logger = logging.getLogger("amptrain")
 
@@ -165,10 +167,8 @@ def _layer(scopes, model):
 def _sublayer(layer, scope):
     """The direct sublayer that `scope` is the call scope of: its name plus the graph's
     `_N` (so `dense_1` is `dense` called, `dense_1_1` is `dense_1`), else its bare name."""
-    # Keras lists a layer's direct sublayers only through this private method.
-    children = layer._flatten_layers(include_self=False, recursive=False)
     for name in (_UNIQUE_SUFFIX.sub("", scope), scope):
-        for child in children:
+        for child in children(layer):
             if child.name == name:
                 return child
     return None

@@ -42,7 +42,14 @@ def describe_devices():
     for kind in ("GPU", "TPU"):
         for device in tf.config.list_physical_devices(kind):
             details = tf.config.experimental.get_device_details(device) if kind == "GPU" else {}
-            devices.append({"type": kind, "name": device.name, "compute_capability": details.get("compute_capability")})
+            devices.append(
+                {
+                    "type": kind,
+                    "name": device.name,
+                    "device_name": details.get("device_name"),  # e.g. "NVIDIA A100-SXM4-80GB"
+                    "compute_capability": details.get("compute_capability"),
+                }
+            )
     return devices
 
 

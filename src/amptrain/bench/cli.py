@@ -1,0 +1,85 @@
+"""`amptrain bench` from parsed arguments: the grid, the run, the table, `--max-batch`.
+
+    amptrain bench configs/classify-spam.toml --steps 30 --repeats 3
+    amptrain bench configs/classify-spam.toml --precisions float32,mixed_bfloat16 --jit on \\
+        --steps-per-execution 8 --max-batch --memory-limit 6GiB
+"""
+
+import os
+
+from amptrain.errors import UserError
+
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def _items(option, text, convert):
+    values = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            values.append(convert(item))
+        except ValueError:
+            raise UserError(f"{option}: cannot read {item!r} in {text!r}") from None
+    if not values:
+        raise UserError(f"{option}: expected a comma-separated list, received {text!r}")
+    return tuple(values)
+
+
+def _precision(item):
+    if item not in POLICIES:
+        raise ValueError(item)
+    return item
+
+
+def _switch(item):
+    if item not in ("on", "off"):
+        raise ValueError(item)
+    return item == "on"
+
+
+def _positive(item):
+    value = int(item)
+    if value < 1:
+        raise ValueError(item)
+    return value
+
+
+def grid_from_args(args):
+    from amptrain.bench.runner import Grid
+
+    return Grid(
+        precisions=_items("--precisions", args.precisions, _precision),
+        jit=_items("--jit", args.jit, _switch),
+        steps_per_execution=_items("--steps-per-execution", args.steps_per_execution, _positive),
+        batch_sizes=_items("--batch-sizes", args.batch_sizes, _positive) if args.batch_sizes else (None,),
+    )
+
+
+def bench(args):
+    from amptrain.bench import report
+    from amptrain.bench.runner import find_max_batch, parse_memory, run_bench
+
+    grid = grid_from_args(args)
+    memory_limit = parse_memory(args.memory_limit) if args.memory_limit else None
+    run_dir = args.run_dir or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
+    out_dir = os.path.abspath(os.path.join(run_dir, "bench"))
+    results = run_bench(args.config, args.overrides, grid, args.steps, args.repeats, args.data, out_dir)
+    if args.max_batch:
+        results["max_batch"] = {}
+        for precision in grid.precisions:
+            start = max(r["batch_size"] for r in results["rows"])
+            largest, tried = find_max_batch(args.config, args.overrides, precision, grid.jit[-1],
+                                            grid.steps_per_execution[-1], memory_limit, start)
+            results["max_batch"][precision] = {"largest": largest, "tried": tried, "memory_limit_bytes": memory_limit}
+        report.write_all(results, out_dir)
+    print(report.format_table(results["rows"]))
+    for precision, found in results.get("max_batch", {}).items():
+        print(f"largest batch that fits, {precision}: {found['largest']}")
+    print(f"peak: {results['peak_flops'] / 1e9:,.1f} GFLOP/s ({results['peak_source']})")
+    print(f"results in {out_dir}: results.json, report.md, " + ", ".join(_plots(out_dir)))
+    return 0
+
+
+def _plots(out_dir):
+    return sorted(name for name in os.listdir(out_dir) if name.endswith(".png"))

@@ -1,0 +1,149 @@
+"""What `amptrain bench` writes: a terminal table, `results.json`, `report.md` and PNG plots.
+
+    print(format_table(results["rows"]))
+    write_all(results, "runs/classify-spam/bench")
+"""
+
+import json
+import os
+import platform
+
+COLUMNS = (
+    ("precision", "precision", "{}"),
+    ("jit", "XLA", "{}"),
+    ("steps_per_execution", "spe", "{}"),
+    ("batch_size", "batch", "{}"),
+    ("real_tokens_per_second", "real tok/s", "{:,.0f}"),
+    ("padded_tokens_per_second", "padded tok/s", "{:,.0f}"),
+    ("examples_per_second", "examples/s", "{:,.1f}"),
+    ("step_time_p50", "step p50 ms", "{:.1f}"),
+    ("step_time_p10", "p10", "{:.1f}"),
+    ("step_time_p90", "p90", "{:.1f}"),
+    ("compile_seconds", "compile s", "{:.1f}"),
+    ("mfu", "MFU", "{:.1%}"),
+    ("mfu_padded", "MFU padded", "{:.1%}"),
+    ("peak_memory_bytes", "peak MiB", "{:,.0f}"),
+    ("speedup", "speed-up", "{:.2f}x"),
+)
+_MILLISECONDS = ("step_time_p50", "step_time_p10", "step_time_p90")
+
+
+def _cell(row, key, form):
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key in _MILLISECONDS:
+        value *= 1e3
+    if key == "peak_memory_bytes":
+        value /= 2**20
+    if key == "jit":
+        return "on" if value else "off"
+    return form.format(value)
+
+
+def format_table(rows, markdown=False):
+    header = [title for _, title, _ in COLUMNS]
+    cells = [[_cell(row, key, form) for key, _, form in COLUMNS] for row in rows]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells])
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    return "\n".join(lines + ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells])
+
+
+def environment():
+    import keras
+    import tensorflow as tf
+
+    from amptrain.precision.policy import cpu_flags_from_proc, describe_devices
+
+    flags = cpu_flags_from_proc()
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "fma"}),
+        "accelerators": describe_devices(),
+    }
+
+
+def _cpu_model(path="/proc/cpuinfo"):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_all(results, out_dir):
+    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2, default=str)
+    plots = write_plots(results["rows"], out_dir)
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write(markdown_report(results, plots))
+
+
+def markdown_report(results, plots):
+    env = results["environment"]
+    peaks = "\n".join(f"- {p}: {v['flops'] / 1e9:,.1f} GFLOP/s ({v['source']})" for p, v in results["peaks"].items())
+    accelerators = ", ".join(d.get("device_name") or d["name"] for d in env["accelerators"]) or "none"
+    lines = [
+        "# amptrain bench",
+        "",
+        f"Config `{results['config']}`" + (f" with `{' '.join(results['overrides'])}`" if results["overrides"] else "")
+        + f"; {results['steps']} steps × {results['repeats']} repeats a combination, data: {results['data']}, "
+        "each combination in its own process (compile timed apart).",
+        "",
+        "## Hardware and versions",
+        "",
+        f"- CPU: {env['cpu']}, {env['cpu_count']} logical cores, flags {', '.join(env['cpu_flags']) or 'none'}",
+        f"- accelerators: {accelerators}",
+        f"- {env['platform']}, Python {env['python']}, TensorFlow {env['tensorflow']}, Keras {env['keras']}",
+        "",
+        "## Peaks (MFU is measured against the peak of each row's precision)",
+        "",
+        peaks,
+        "",
+        "## Results",
+        "",
+        "MFU counts real tokens; `MFU padded` counts padded ones. Speed-up: real tokens/s against the "
+        "float32 / XLA off / spe 1 row of the same batch size. Peak memory: "
+        + (results["rows"][0]["peak_memory_source"] if results["rows"] else "-") + ".",
+        "",
+        format_table(results["rows"], markdown=True),
+        "",
+    ]
+    lines += [f"![{name}]({name})" for name in plots]
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(rows, out_dir):
+    """Throughput and peak memory per combination, as PNG files; returns their names."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['precision'].replace('mixed_', '')}\nXLA {'on' if r['jit'] else 'off'}\nspe {r['steps_per_execution']}"
+              f"\nbatch {r['batch_size']}" for r in rows]
+    charts = (
+        ("throughput.png", "real tokens/s", [r["real_tokens_per_second"] for r in rows]),
+        ("memory.png", "peak memory (MiB)", [r["peak_memory_bytes"] / 2**20 for r in rows]),
+    )
+    for name, title, values in charts:
+        figure, axes = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4.5))
+        axes.bar(range(len(rows)), values, color="#4c72b0")
+        axes.set_xticks(range(len(rows)), labels, fontsize=7)
+        axes.set_ylabel(title)
+        axes.set_title(title + " per combination")
+        figure.tight_layout()
+        figure.savefig(os.path.join(out_dir, name), dpi=100)
+        plt.close(figure)
+    return [name for name, _, _ in charts]

@@ -1,0 +1,178 @@
+"""`amptrain bench`: every combination of precision × XLA × steps per execution × batch
+size, each measured in its own process, against the float32 / no-XLA / spe=1 row of the
+same run.
+
+    results = run_bench("configs/classify-spam.toml", [], Grid(precisions=("float32", "mixed_bfloat16")),
+                        steps=30, repeats=3, data="real", out_dir="runs/classify-spam/bench")
+
+MFU = training FLOPs per token (`bench/flops.py`) × real tokens/s / the peak of the
+precision in use: the data-sheet peak of a known GPU or TPU, else (a CPU) the FLOP/s of a
+2048×2048 matrix product in the precision's compute dtype, measured in this run.
+"""
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from amptrain.errors import UserError
+
+logger = logging.getLogger("amptrain")
+
+COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    precisions: tuple = ("float32", "mixed_bfloat16", "mixed_float16")
+    jit: tuple = (False, True)
+    steps_per_execution: tuple = (1, 20)
+    batch_sizes: tuple = (None,)  # None: the config's train.batch_size
+
+    def combinations(self):
+        return list(itertools.product(self.precisions, self.jit, self.steps_per_execution, self.batch_sizes))
+
+
+def run_worker(spec, timeout=3600):
+    """Runs one measurement in a fresh process; returns its JSON result."""
+    command = [sys.executable, "-m", "amptrain.bench.worker", json.dumps(spec)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"benchmark worker failed ({spec.get('kind')}, exit {result.returncode}):\n{tail}")
+    return json.loads(lines[-1])
+
+
+def hardware_peaks(precisions):
+    """{precision: (peak FLOP/s, source)} for the first accelerator, or measured on the CPU."""
+    from amptrain.bench.flops import peak_flops
+    from amptrain.precision.policy import describe_devices
+
+    devices = describe_devices()
+    name = devices[0].get("device_name") if devices else None
+    peaks = {}
+    for precision in precisions:
+        known = peak_flops(precision, name)
+        if known:
+            peaks[precision] = known
+            continue
+        dtype = COMPUTE_DTYPES[precision]
+        measured = run_worker({"kind": "peak", "dtype": dtype})
+        peaks[precision] = (measured["flops"], f"CPU: a {measured['size']}x{measured['size']} {dtype} matrix product, measured in this run")
+    return peaks
+
+
+def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=print):
+    rows = []
+    combinations = grid.combinations()
+    for index, (precision, jit, spe, batch_size) in enumerate(combinations, 1):
+        settings = [("precision.policy", precision), ("runtime.jit_compile", jit), ("runtime.steps_per_execution", spe)]
+        if batch_size:
+            settings.append(("train.batch_size", batch_size))
+        spec = {"kind": "combination", "config": config_path, "overrides": [*overrides, *settings],
+                "steps": steps, "repeats": repeats, "data": data}
+        progress(f"[{index}/{len(combinations)}] {precision}, XLA {'on' if jit else 'off'}, "
+                 f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else ""))
+        result = run_worker(spec)
+        rows.append({"precision": precision, "jit": jit, "steps_per_execution": spe,
+                     "batch_size": batch_size, **result})
+    return rows
+
+
+def add_ratios(rows, peaks, default_batch_size):
+    """MFU (real and padded tokens) and the speed-up against the float32 / no-XLA / spe=1
+    row (of the same batch size); rows without such a baseline get None."""
+    for row in rows:
+        row["batch_size"] = row["batch_size"] or default_batch_size
+        peak, source = peaks[row["precision"]]
+        row["peak_flops"], row["peak_source"] = peak, source
+        row["mfu"] = row["flops_per_token"] * row["real_tokens_per_second"] / peak
+        row["mfu_padded"] = row["flops_per_token"] * row["padded_tokens_per_second"] / peak
+        row["model_flops_per_second"] = row["flops_per_token"] * row["real_tokens_per_second"]
+    for row in rows:
+        base = [b for b in rows if (b["precision"], b["jit"], b["steps_per_execution"], b["batch_size"])
+                == ("float32", False, 1, row["batch_size"])]
+        row["speedup"] = row["real_tokens_per_second"] / base[0]["real_tokens_per_second"] if base else None
+    return rows
+
+
+def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progress=print):
+    """Measures every combination and writes results.json, report.md and plots into `out_dir`."""
+    from amptrain import config as config_lib
+    from amptrain.bench import report
+
+    config = config_lib.load_config(config_path, overrides)  # a config error stops us here
+    if steps < 1 or repeats < 1:
+        raise UserError(f"--steps and --repeats: expected integers >= 1, received {steps} and {repeats}")
+    os.makedirs(out_dir, exist_ok=True)
+    progress("measuring the hardware peak")
+    peaks = hardware_peaks(grid.precisions)
+    rows = add_ratios(measure_rows(config_path, overrides, grid, steps, repeats, data, progress), peaks, config.train.batch_size)
+    float32_peak = peaks.get("float32") or next(iter(peaks.values()))
+    results = {
+        "config": os.path.abspath(config_path),
+        "overrides": list(overrides),
+        "steps": steps,
+        "repeats": repeats,
+        "data": data,
+        "peak_flops": float32_peak[0],
+        "peak_source": float32_peak[1],
+        "peaks": {p: {"flops": f, "source": s} for p, (f, s) in peaks.items()},
+        "environment": report.environment(),
+        "rows": rows,
+    }
+    report.write_all(results, out_dir)
+    return results
+
+
+def parse_memory(text):
+    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if cleaned and cleaned[-1] in units:
+            return int(float(cleaned[:-1]) * units[cleaned[-1]])
+        return int(float(cleaned))
+    except ValueError:
+        raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
+
+
+def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=3):
+    """The largest batch (a multiple of 8) whose run fits: the worker succeeds and, on a
+    CPU, its peak resident memory stays under `memory_limit`. Doubling from `start`, then
+    bisection. Returns (largest fitting batch or None, {batch: peak bytes or None})."""
+    tried = {}
+
+    def fits(batch):
+        settings = [("precision.policy", precision), ("runtime.jit_compile", jit),
+                    ("runtime.steps_per_execution", spe), ("train.batch_size", batch)]
+        spec = {"kind": "combination", "config": config_path, "overrides": [*overrides, *settings],
+                "steps": steps, "repeats": 1, "data": "synthetic"}
+        try:
+            peak = run_worker(spec)["peak_memory_bytes"]
+        except RuntimeError:  # out of memory on a device, or killed
+            peak = None
+        tried[batch] = peak
+        ok = peak is not None and (memory_limit is None or peak <= memory_limit)
+        progress(f"  {precision}: batch {batch} " + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed") + (" fits" if ok else " does not fit"))
+        return ok
+
+    low, high = None, max(8, start - start % 8)
+    while fits(high):
+        low, high = high, high * 2
+        if high > 2**16:
+            return low, tried
+    if low is None:
+        return None, tried
+    while high - low > 8:
+        middle = (low + high) // 2 // 8 * 8
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low, tried

@@ -1,0 +1,135 @@
+"""One benchmark measurement in a process of its own, so its peak memory is its own.
+
+    python -m amptrain.bench.worker '{"kind": "combination", "config": "...", ...}'
+    python -m amptrain.bench.worker '{"kind": "peak", "dtype": "float32"}'
+
+Prints one JSON line (the last line of its output) with the measurements. The runner
+(`bench/runner.py`) starts one of these per combination.
+
+A combination is timed the way the engine trains: the same task data, model, optimizer,
+loss scaler and `Trainer`, `steps_per_execution` steps a graph call. The first call
+(tracing, XLA compilation, the first steps) is timed apart as `compile_seconds`; then
+`repeats` runs of `steps` steps, each call synchronised by reading its totals back.
+"""
+
+import json
+import resource
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from amptrain import config as config_lib
+
+
+def measure_combination(spec):
+    import tensorflow as tf
+
+    from amptrain import distribute
+    from amptrain.api import _seed
+    from amptrain.bench.flops import training_flops_per_token
+    from amptrain.engine.optimizer import build_optimizer
+    from amptrain.engine.trainer import Trainer
+    from amptrain.precision.loss_scale import build_scaler
+    from amptrain.precision.policy import select_policy
+    from amptrain.tasks import TASKS
+
+    config = config_lib.load_config(spec["config"], spec["overrides"])
+    with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
+        task = TASKS[config.task](config, scratch)
+        task.prepare(("train",))
+    _seed(config)
+    policy, _ = select_policy(config.precision.policy)
+    strategy = distribute.select_strategy(config.runtime)
+    with strategy.scope():
+        model = task.build_model(policy)
+        optimizer, _ = build_optimizer(config.train, total_steps=10**6)
+        optimizer.build(model.trainable_variables)
+        scaler = build_scaler(config.precision, policy)
+        trainer = Trainer(strategy, model, optimizer, task.loss_fn, scaler, config.runtime.jit_compile, config.train.clip_norm)
+    dataset = task.train_dataset(0) if spec["data"] == "real" else _one_batch_repeated(task.train_dataset(0))
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    timing = _time_steps(trainer, iterator, config.runtime.steps_per_execution, spec["steps"], spec["repeats"])
+    batches = spec["steps"] * spec["repeats"]
+    mean_length = timing["padded_tokens"] / (batches * config.train.batch_size)
+    return {
+        **timing,
+        "policy": policy,
+        "examples_per_second": batches * config.train.batch_size / timing["seconds"],
+        "mean_padded_length": mean_length,
+        "flops_per_token": training_flops_per_token(model, mean_length),
+        "skipped_steps": int(trainer.skipped_steps.numpy()),
+        "peak_memory_bytes": _peak_memory(tf),
+        "peak_memory_source": "GPU:0 peak (get_memory_info)" if tf.config.list_physical_devices("GPU") else "process peak RSS",
+    }
+
+
+def _time_steps(trainer, iterator, steps_per_execution, steps, repeats):
+    started = time.perf_counter()
+    trainer.train(iterator, steps_per_execution)
+    compile_seconds = time.perf_counter() - started
+    step_times, seconds, tokens = [], 0.0, np.zeros(2, np.int64)
+    for _ in range(repeats):
+        done = 0
+        started = time.perf_counter()
+        while done < steps:
+            n = min(steps_per_execution, steps - done)
+            call_started = time.perf_counter()
+            totals = trainer.train(iterator, n)  # returns numpy: the call has finished
+            step_times += [(time.perf_counter() - call_started) / n] * n
+            tokens += totals["tokens"]
+            done += n
+        seconds += time.perf_counter() - started
+    p10, p50, p90 = np.percentile(step_times, [10, 50, 90])
+    return {
+        "compile_seconds": compile_seconds,
+        "seconds": seconds,
+        "real_tokens": int(tokens[0]),
+        "padded_tokens": int(tokens[1]),
+        "real_tokens_per_second": tokens[0] / seconds,
+        "padded_tokens_per_second": tokens[1] / seconds,
+        "step_time_p10": p10,
+        "step_time_p50": p50,
+        "step_time_p90": p90,
+    }
+
+
+def _one_batch_repeated(dataset, look_at=32):
+    """The longest of the first `look_at` real batches, served from memory forever: the
+    model's speed without the input pipeline's (`--data synthetic`)."""
+    longest = max(dataset.take(look_at), key=lambda batch: int(batch[2][:, 1].numpy().max()))
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensors(longest).repeat()
+
+
+def _peak_memory(tf):
+    if tf.config.list_physical_devices("GPU"):
+        return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def measure_peak(spec):
+    from amptrain.bench.flops import measure_matmul_peak
+
+    size = spec.get("size", 2048)
+    return {"dtype": spec["dtype"], "size": size, "flops": measure_matmul_peak(spec["dtype"], size)}
+
+
+def main(argv=None):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    spec = json.loads((argv or sys.argv[1:])[0])
+    result = measure_peak(spec) if spec["kind"] == "peak" else measure_combination(spec)
+    print(json.dumps({key: _plain(value) for key, value in result.items()}))
+    sys.stdout.flush()
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+if __name__ == "__main__":
+    main()

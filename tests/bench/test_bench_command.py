@@ -1,0 +1,74 @@
+"""`amptrain bench` end to end on the tiny config, and the structure of what it writes."""
+
+import json
+
+import pytest
+
+from amptrain.bench.report import format_table, markdown_report
+from amptrain.bench.runner import add_ratios, parse_memory
+from amptrain.cli import main
+from amptrain.errors import UserError
+
+
+def row(precision, jit, spe, real, batch=8):
+    return {"precision": precision, "jit": jit, "steps_per_execution": spe, "batch_size": batch,
+            "real_tokens_per_second": real, "padded_tokens_per_second": 2 * real, "flops_per_token": 1000.0}
+
+
+def test_ratios_against_the_float32_no_xla_spe1_row():
+    rows = [row("float32", False, 1, 100.0), row("float32", True, 4, 150.0), row("mixed_bfloat16", True, 4, 250.0, batch=16)]
+    peaks = {"float32": (1e6, "measured"), "mixed_bfloat16": (2e6, "measured")}
+    add_ratios(rows, peaks, default_batch_size=8)
+    assert [r["speedup"] for r in rows] == [1.0, 1.5, None]  # no float32 baseline at batch 16
+    assert rows[1]["mfu"] == pytest.approx(1000 * 150 / 1e6)
+    assert rows[1]["mfu_padded"] == pytest.approx(1000 * 300 / 1e6)
+    assert rows[2]["mfu"] == pytest.approx(1000 * 250 / 2e6)
+
+
+def test_memory_sizes():
+    assert parse_memory("8GiB") == 8 * 2**30
+    assert parse_memory("512MiB") == 512 * 2**20
+    assert parse_memory("1.5G") == int(1.5 * 2**30)
+    assert parse_memory("1000") == 1000
+    with pytest.raises(UserError, match=r"--memory-limit: expected a size"):
+        parse_memory("lots")
+
+
+def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
+    status = main(["bench", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"), "--precisions", "float32",
+                   "--jit", "off", "--steps-per-execution", "1,2", "--steps", "2", "--repeats", "1"])
+    assert status == 0
+    out = capsys.readouterr().out
+    bench = tiny / "run" / "bench"
+    results = json.loads((bench / "results.json").read_text())
+    assert {"peak_flops", "peak_source", "rows"} <= set(results)
+    assert results["peak_source"].startswith("CPU: a 2048x2048 float32 matrix product")
+    keys = {"precision", "jit", "steps_per_execution", "batch_size", "real_tokens_per_second",
+            "padded_tokens_per_second", "step_time_p50", "mfu", "peak_memory_bytes", "speedup"}
+    assert len(results["rows"]) == 2 and all(keys <= set(r) for r in results["rows"])
+    first = results["rows"][0]
+    assert first["speedup"] == 1.0 and 0 < first["mfu"] < 1 and first["peak_memory_bytes"] > 0
+    assert first["real_tokens"] == 2 * 8 * 32  # 2 steps of 8 rows, all 32 pieces long (every row is truncated)
+    report = (bench / "report.md").read_text()
+    assert "matrix product, measured in this run" in report and "| MFU |" in report
+    assert (bench / "throughput.png").stat().st_size > 0 and (bench / "memory.png").stat().st_size > 0
+    assert "real tok/s" in out and "results in" in out
+
+
+def test_bad_lists_are_refused(tiny, capsys):
+    assert main(["bench", str(tiny / "tiny.toml"), "--precisions", "float8"]) == 2
+    assert "--precisions: cannot read 'float8'" in capsys.readouterr().err
+
+
+def test_table_and_report_from_results():
+    rows = add_ratios([row("float32", False, 1, 100.0)], {"float32": (1e6, "measured")}, 8)
+    for r in rows:
+        r.update(examples_per_second=3.0, step_time_p10=0.01, step_time_p50=0.02, step_time_p90=0.03,
+                 compile_seconds=1.0, peak_memory_bytes=2**30, peak_memory_source="process peak RSS")
+    assert "1.00x" in format_table(rows) and "1,024" in format_table(rows)
+    results = {"config": "c.toml", "overrides": [], "steps": 2, "repeats": 1, "data": "real",
+               "peaks": {"float32": {"flops": 1e9, "source": "measured"}}, "rows": rows,
+               "environment": {"cpu": "x", "cpu_count": 2, "cpu_flags": [], "accelerators": [], "platform": "p",
+                               "python": "3", "tensorflow": "2", "keras": "3"}}
+    text = markdown_report(results, ["throughput.png"])
+    assert "## Hardware and versions" in text and "![throughput.png](throughput.png)" in text
