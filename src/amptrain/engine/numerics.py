@@ -71,8 +71,9 @@ class NumericsWatch:
             {"kind": "overflow", "step": step, "loss_scale": scale, "layers": layers, "origin": origin, "overflow_steps": self.unwritten}
         )
         shown = f"loss scale {scale:g}, " if scale is not None else ""
+        since = "since the previous report" if self.written else "so far"
         logger.info(
-            f"overflow at step {step} ({shown}{self.unwritten} overflowing step(s) since the last note): "
+            f"overflow at step {step} ({shown}{self.unwritten} overflowing step(s) {since}): "
             f"non-finite gradients in {len(layers)} layer(s), nearest the output: {origin}"
         )
         self.written += 1
