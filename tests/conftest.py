@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny slice of the bundled spam data and a tiny config."""
+"""Shared fixtures: tiny slices of the bundled spam and WNUT-17 data, and tiny configs."""
 
 import csv
 import os
@@ -9,6 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPAM = os.path.join(ROOT, "data", "classify-spam")
+WNUT = os.path.join(ROOT, "data", "ner-wnut17")
 
 TINY_CONFIG = """
 task = "classification"
@@ -55,4 +56,46 @@ def tiny(tmp_path, spam_rows):
     write_rows(tmp_path / "train.csv", spam_rows[:96])
     write_rows(tmp_path / "dev.csv", spam_rows[96:128])
     (tmp_path / "tiny.toml").write_text(TINY_CONFIG.replace('"train.csv"', f'"{tmp_path}/train.csv"').replace('"dev.csv"', f'"{tmp_path}/dev.csv"'))
+    return tmp_path
+
+
+# The tiny spam config's model and training, on WNUT-17 sentences.
+TINY_NER_CONFIG = """
+task = "ner"
+[data]
+train = "{dir}/train.conll"
+dev = "{dir}/dev.conll"
+test = "{dir}/dev.conll"
+vocabulary_size = 300
+max_length = 64
+num_buckets = 2
+""" + TINY_CONFIG[TINY_CONFIG.index("[model]") :]
+
+
+@pytest.fixture(scope="session")
+def wnut_sentences():
+    """The bundled WNUT-17 training file as a list of sentences, each a list of its lines."""
+    sentences, current = [], []
+    with open(os.path.join(WNUT, "train.conll"), encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                current.append(line.rstrip("\n"))
+            elif current:
+                sentences.append(current)
+                current = []
+    return sentences + ([current] if current else [])
+
+
+def write_conll(path, sentences):
+    path.write_text("".join("\n".join(lines) + "\n\n" for lines in sentences), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def tiny_ner(tmp_path_factory, wnut_sentences):
+    """A folder (one a test module: its runs can be shared) with 64 train and 24 dev
+    sentences of real WNUT-17 data and `tiny.toml`."""
+    tmp_path = tmp_path_factory.mktemp("ner")
+    write_conll(tmp_path / "train.conll", wnut_sentences[:64])
+    write_conll(tmp_path / "dev.conll", wnut_sentences[64:88])
+    (tmp_path / "tiny.toml").write_text(TINY_NER_CONFIG.replace("{dir}", str(tmp_path)))
     return tmp_path

@@ -42,7 +42,7 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     if test_metrics:
         shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
         logger.info(f"test (best checkpoint): {shown}")
-    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test.jsonl, tensorboard/, checkpoints/")
+    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test{task.predictions_suffix}, tensorboard/, checkpoints/")
     return {"run_dir": run_dir, "test": test_metrics}
 
 

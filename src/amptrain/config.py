@@ -22,7 +22,9 @@ from amptrain.errors import ConfigError
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 STRATEGIES = ("default",)
-TASK_NAMES = ("classification",)
+TASK_NAMES = ("classification", "ner")
+# The file formats each task reads ("auto": from the file's extension).
+TASK_FORMATS = {"classification": ("auto", "csv", "tsv", "jsonl"), "ner": ("auto", "conll")}
 LOSS_SCALES = ("auto", "dynamic", "none")
 ON_NONFINITE = ("stop", "skip", "restore")
 
@@ -32,12 +34,12 @@ class DataConfig:
     train: str = ""
     dev: str = ""
     test: str = ""
-    format: str = "auto"  # csv | tsv | jsonl | auto (from the file's extension)
+    format: str = "auto"  # csv | tsv | jsonl (classification), conll (ner) | auto (from the file's extension)
     text_column: str = "text"
     label_column: str = "label"
     vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
     vocabulary_size: int = 8000
-    lowercase: bool = True
+    lowercase: Optional[bool] = None  # None: the task's default (classification lowercases, ner keeps case)
     max_length: int = 128
     bucketing: bool = True
     num_buckets: int = 6
@@ -88,6 +90,7 @@ class TrainConfig:
     warmup_steps: int = 50
     decay: str = "cosine"  # cosine | linear | constant
     clip_norm: float = 1.0  # 0 turns clipping off
+    outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)
     log_every: int = 25
     eval_every: int = 0  # 0: once an epoch
     checkpoint_every: int = 100
@@ -237,7 +240,8 @@ def validate(config):
     for key in PATH_KEYS:
         path = getattr(d, key.split(".")[1])
         require(not path or os.path.isfile(path), key, "an existing file", path)
-    require(d.format in ("auto", "csv", "tsv", "jsonl"), "data.format", "csv, tsv, jsonl or auto", d.format)
+    formats = TASK_FORMATS[config.task]
+    require(d.format in formats, "data.format", f"one of {formats} for task {config.task!r}", d.format)
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
@@ -264,6 +268,7 @@ def validate(config):
     require(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0", t.warmup_steps)
     require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
     require(t.clip_norm >= 0, "train.clip_norm", "a number >= 0 (0: no clipping)", t.clip_norm)
+    require(0 < t.outside_weight < math.inf, "train.outside_weight", "a finite number > 0", t.outside_weight)
     for key in ("log_every", "checkpoint_every", "max_to_keep"):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)

@@ -39,3 +39,13 @@ def test_order_is_a_pure_function_of_seed_and_step():
 def test_unshuffled_plan_keeps_file_order_within_buckets():
     plan = BatchPlan([5, 5, 20, 5], batch_size=2, boundaries=[8, 24], shuffle=False)
     assert [list(b) for b, _ in plan.epoch(0)] == [[0, 1], [3, -1], [2, -1]]
+
+
+def test_the_longest_length_gets_its_own_boundary_below_max_length():
+    # training sentences up to 82 pieces, max_length 256 for longer test sentences: the
+    # longest training batches are padded to 88, not 256
+    lengths = np.random.default_rng(0).integers(5, 83, size=500)
+    assert bucket_boundaries(lengths, max_length=256, num_buckets=6)[-2:] == [88, 256]
+    assert len(bucket_boundaries(lengths, max_length=256, num_buckets=6)) <= 6
+    assert bucket_boundaries(lengths, max_length=256, num_buckets=2) == [88, 256]
+    assert bucket_boundaries(lengths, max_length=256, num_buckets=1) == [256]

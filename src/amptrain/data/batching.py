@@ -25,12 +25,17 @@ def bucket_boundaries(lengths, max_length, num_buckets):
     """At most `num_buckets` padded lengths, multiples of 8, from quantiles of `lengths`.
 
     The last boundary is `max_length` rounded up to a multiple of 8, so any example
-    (of any split) truncated to `max_length` fits a bucket.
+    (of any split) truncated to `max_length` fits a bucket. When every length is shorter
+    than that, the longest gets a boundary of its own (in place of a quantile): else the
+    longest training examples would be padded to `max_length`, a size kept only for the
+    longer examples other splits may have.
     """
     top = round_up(max_length)
     lengths = np.minimum(np.asarray(lengths), max_length)
-    quantiles = np.quantile(lengths, [(i + 1) / num_buckets for i in range(num_buckets - 1)]) if num_buckets > 1 else []
-    boundaries = sorted({min(round_up(max(q, 1)), top) for q in quantiles} | {top})
+    fixed = {top, min(round_up(max(lengths.max(), 1)), top)} if num_buckets > 1 else {top}
+    parts = num_buckets - len(fixed) + 1  # quantile buckets below the fixed boundaries
+    quantiles = np.quantile(lengths, [(i + 1) / parts for i in range(parts - 1)])
+    boundaries = sorted({min(round_up(max(q, 1)), top) for q in quantiles} | fixed)
     return boundaries
 
 

@@ -29,33 +29,41 @@ def detect_format(path, format="auto"):
     if format != "auto":
         return format
     extension = os.path.splitext(path)[1].lower().lstrip(".")
-    if extension in ("csv", "tsv", "jsonl"):
+    if extension in ("csv", "tsv", "jsonl", "conll"):
         return extension
     if extension == "json":
         return "jsonl"
     raise DataError(
         f"{path}: cannot tell the format from the extension {extension!r}; "
-        "set data.format to csv, tsv or jsonl"
+        "set data.format to csv, tsv, jsonl (classification) or conll (ner)"
     )
 
 
 def read_labelled_text(path, text_column="text", label_column="label", format="auto"):
     """Reads `text,label` rows from CSV (with a header), TSV (with a header) or JSONL."""
     format = detect_format(path, format)
+    if format not in ("csv", "tsv", "jsonl"):
+        raise DataError(f"{path}: task classification reads csv, tsv or jsonl files, not {format}")
+    if format == "jsonl":
+        examples = read_lines(path, lambda f: list(_read_jsonl(f, path, text_column, label_column)))
+    else:
+        delimiter = "\t" if format == "tsv" else ","
+        examples = read_lines(path, lambda f: list(_read_delimited(f, path, delimiter, text_column, label_column)))
+    if not examples:
+        raise DataError(f"{path}: no examples")
+    return examples
+
+
+def read_lines(path, parse):
+    """`parse(file)` of a UTF-8 text file (newlines as written), a missing file or bad
+    bytes reported as a DataError naming the path."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            if format == "jsonl":
-                examples = list(_read_jsonl(f, path, text_column, label_column))
-            else:
-                delimiter = "\t" if format == "tsv" else ","
-                examples = list(_read_delimited(f, path, delimiter, text_column, label_column))
+            return parse(f)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    if not examples:
-        raise DataError(f"{path}: no examples")
-    return examples
 
 
 def _read_delimited(f, path, delimiter, text_column, label_column):

@@ -4,5 +4,6 @@ A plain dict maps the config's `task` name to its class.
 """
 
 from amptrain.tasks.classification import ClassificationTask
+from amptrain.tasks.ner import NerTask
 
-TASKS = {"classification": ClassificationTask}
+TASKS = {"classification": ClassificationTask, "ner": NerTask}

@@ -1,0 +1,1 @@
+"""Scores computed from predictions in plain Python: no TensorFlow, testable by hand."""

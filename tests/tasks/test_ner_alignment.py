@@ -1,0 +1,113 @@
+"""Sub-word alignment: a word's tag on its first piece, its other pieces masked out,
+truncation at word boundaries and counted, words without pieces kept."""
+
+import numpy as np
+import pytest
+
+from amptrain import config as config_lib
+from amptrain.data.vocabulary import RESERVED_TOKENS, pad_to_multiple, save_vocabulary
+from amptrain.tasks.ner import NerTask, align
+
+PIECES = ["Em", "##pire", "State", "ES", "##B", "=", "@", "bob", "storm"]
+SENTENCES = "Empire\tB-location\nState\tI-location\n=\tO\nESB\tB-location\n\n@bob\tB-person\n\u200b\tO\nstorm\tO\n"
+
+
+def test_align_keeps_whole_words_and_counts_the_cut_ones():
+    words = [[5, 6], [7], [8, 9, 10]]
+    ids, firsts, truncated = align(words, max_length=7, cls_id=2)
+    assert ids.tolist() == [2, 5, 6, 7, 8, 9, 10] and firsts.tolist() == [1, 3, 4] and truncated == 0
+    # 4 pieces in, the third word's 3 do not fit into 5: it is cut whole, never split
+    ids, firsts, truncated = align(words, max_length=5, cls_id=2)
+    assert ids.tolist() == [2, 5, 6, 7] and firsts.tolist() == [1, 3] and truncated == 1
+    # a first word too long for max_length truncates the whole sentence
+    ids, firsts, truncated = align(words, max_length=2, cls_id=2)
+    assert ids.tolist() == [2] and firsts.tolist() == [] and truncated == 3
+
+
+def make_task(tmp_path, *overrides):
+    (tmp_path / "train.conll").write_text(SENTENCES, encoding="utf-8")
+    vocabulary = pad_to_multiple(RESERVED_TOKENS + PIECES, 8)
+    save_vocabulary(vocabulary, tmp_path / "hand-vocab.txt")
+    raw = {"task": "ner", "data": {"train": str(tmp_path / "train.conll"), "vocabulary": str(tmp_path / "hand-vocab.txt")}}
+    config = config_lib.config_from_dict(raw, overrides)
+    (tmp_path / "run").mkdir()
+    task = NerTask(config, str(tmp_path / "run"))
+    task.prepare(("train",))
+    return task, vocabulary
+
+
+def test_multi_piece_words_carry_their_tag_on_the_first_piece_only(tmp_path):
+    task, vocabulary = make_task(tmp_path)
+    split = task.splits["train"]
+    pieces = [[vocabulary[i] for i in ids] for ids in split.token_ids]
+    # "@bob" is two pieces (punctuation splits); the zero-width space makes none: one [UNK]
+    assert pieces == [["[CLS]", "Em", "##pire", "State", "=", "ES", "##B"], ["[CLS]", "@", "bob", "[UNK]", "storm"]]
+    assert [f.tolist() for f in split.first_pieces] == [[1, 3, 4, 5], [1, 3, 4]]
+    features, targets, token_counts = task._batch_builder(split)(np.array([0, 1, -1]), 8)
+    # the model's target is a word's entity type (runs of one type are one entity)
+    classes = [[task.classes[i] for i in row] for row in targets["labels"]]
+    assert classes[0][:7] == ["O", "location", "O", "location", "O", "location", "O"]
+    assert classes[1][:5] == ["O", "person", "O", "O", "O"]
+    assert targets["weights"].tolist() == [
+        [0, 1, 0, 1, 1, 1, 0, 0],  # [CLS], ##pire, ##B and padding are out of the loss and metrics
+        [0, 1, 0, 1, 1, 0, 0, 0],
+        [0] * 8,  # a padding row
+    ]
+    assert features["padding_mask"].sum(axis=1).tolist() == [7, 5, 0]
+    assert token_counts.tolist() == [[7, 8], [5, 8], [0, 8]]
+
+
+def echo_gold(num_classes):
+    """A predict function whose logits pick each first piece's gold tag."""
+
+    def predict(dataset):
+        return [np.eye(num_classes, dtype=np.float32)[targets["labels"].numpy()] * 10 for _, targets, _ in dataset]
+
+    return predict
+
+
+def test_truncated_words_are_counted_predicted_o_and_missed(tmp_path):
+    # [CLS] Em ##pire State = is 5 pieces: ESB (2 more) does not fit into 6
+    task, _ = make_task(tmp_path, "data.max_length=6")
+    split = task.splits["train"]
+    assert split.truncated_words == 1
+    metrics = task.evaluate("train", echo_gold(len(task.classes)), str(tmp_path / "predictions"))
+    assert metrics["truncated_words"] == 1 and metrics["words"] == 7
+    assert (metrics["gold_entities"], metrics["correct_entities"], metrics["predicted_entities"]) == (3, 2, 2)
+    assert metrics["recall"] == pytest.approx(2 / 3) and metrics["precision"] == 1.0
+    lines = (tmp_path / "predictions.conll").read_text(encoding="utf-8").split("\n")
+    assert lines[:5] == ["Empire\tB-location\tB-location", "State\tI-location\tI-location", "=\tO\tO", "ESB\tB-location\tO", ""]
+    assert lines[5:9] == ["@bob\tB-person\tB-person", "\u200b\tO\tO", "storm\tO\tO", ""]
+
+
+def test_ner_keeps_case_by_default_and_classification_lowercases(tmp_path):
+    task, _ = make_task(tmp_path)
+    assert task.lowercase is False
+    assert NerTask(config_lib.config_from_dict({"task": "ner", "data": {"lowercase": True, "train": str(tmp_path / "train.conll")}}), "").lowercase
+    from amptrain.tasks.classification import ClassificationTask
+
+    classification = config_lib.config_from_dict({"data": {"train": str(tmp_path / "train.conll"), "format": "csv"}})
+    assert ClassificationTask(classification, "").lowercase is True
+    # None ("the task's default") is left out of the saved TOML and comes back as None
+    config_lib.save_config(task.config, tmp_path / "saved.toml")
+    assert "lowercase" not in (tmp_path / "saved.toml").read_text()
+    assert config_lib.load_config(tmp_path / "saved.toml") == task.config
+
+
+def test_the_format_must_suit_the_task(tmp_path):
+    (tmp_path / "train.conll").write_text(SENTENCES, encoding="utf-8")
+    with pytest.raises(config_lib.ConfigError, match=r"data\.format: expected one of \('auto', 'conll'\) for task 'ner', received 'csv'"):
+        config_lib.config_from_dict({"task": "ner", "data": {"train": str(tmp_path / "train.conll"), "format": "csv"}})
+
+
+def test_outside_weight_scales_o_words_and_the_loss_counts_real_words(tmp_path):
+    import tensorflow as tf
+
+    task, _ = make_task(tmp_path, "train.outside_weight=0.25")
+    features, targets, _ = task._batch_builder(task.splits["train"])(np.array([0, -1]), 8)
+    assert targets["weights"][0].tolist() == [0, 1, 0, 1, 0.25, 1, 0, 0]  # "=" is O
+    logits = tf.zeros(targets["labels"].shape + (len(task.classes),))
+    loss_sum, count = task.loss_fn({k: tf.constant(v) for k, v in targets.items()}, logits)
+    # uniform logits: every word's cross-entropy is log(3): O, location, person; 3 entity words, one O at 0.25
+    assert float(count) == 4.0
+    assert float(loss_sum) == pytest.approx(3.25 * np.log(3), rel=1e-5)
