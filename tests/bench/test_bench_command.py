@@ -72,3 +72,20 @@ def test_table_and_report_from_results():
                                "python": "3", "tensorflow": "2", "keras": "3"}}
     text = markdown_report(results, ["throughput.png"])
     assert "## Hardware and versions" in text and "![throughput.png](throughput.png)" in text
+
+
+def test_max_batch_doubles_then_bisects(monkeypatch):
+    # The search alone, with a fake worker whose peak is 1 MiB a row: under a 100 MiB limit
+    # 8, 16, 32, 64 fit, 128 does not; bisection tries 96 (fits), 112 and 104 (do not).
+    from amptrain.bench import runner
+
+    def fake_worker(spec):
+        batch = dict(spec["overrides"])["train.batch_size"]
+        return {"peak_memory_bytes": batch * 2**20}
+
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 100 * 2**20, start=8, progress=lambda _: None)
+    assert largest == 96
+    assert list(tried) == [8, 16, 32, 64, 128, 96, 112, 104]
+    nothing, _ = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**20, start=8, progress=lambda _: None)
+    assert nothing is None

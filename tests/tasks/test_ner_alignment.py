@@ -111,3 +111,18 @@ def test_outside_weight_scales_o_words_and_the_loss_counts_real_words(tmp_path):
     # uniform logits: every word's cross-entropy is log(3): O, location, person; 3 entity words, one O at 0.25
     assert float(count) == 4.0
     assert float(loss_sum) == pytest.approx(3.25 * np.log(3), rel=1e-5)
+
+
+def test_word_shapes_by_hand():
+    from amptrain.tasks.ner import SHAPES, piece_shapes, word_shape
+
+    def name(word, start=False):
+        shape = word_shape(word, start)
+        return SHAPES[(shape - 1) % len(SHAPES)], shape > len(SHAPES)
+
+    assert [name(w)[0] for w in ["storm", "Empire", "ESB", "iPhone", "I", "2017", "=", "@paulwalk", "#tbt", "https://t.co/x", "2pm"]] == [
+        "lower", "title", "caps", "mixed", "title", "number", "punctuation", "mention", "hashtag", "url", "lower"]
+    assert name("It", start=True) == ("title", True)
+    # [CLS] gets 0; every piece of a word gets the word's shape; the first word is marked as the start.
+    shapes = piece_shapes(["Empire", "State", "x"], ids=[2, 10, 11, 12, 13], firsts=[1, 3, 4])
+    assert list(shapes) == [0, word_shape("Empire", True), word_shape("Empire", True), word_shape("State", False), word_shape("x", False)]

@@ -2,7 +2,10 @@
 
     model = build_tagger(vocabulary_size=4000, max_length=256, num_tags=13,
                          model_config=config.model, dtype="mixed_bfloat16")
-    logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, length, tags) float32
+    logits = model({"token_ids": ids, "padding_mask": mask, "shape_ids": shapes})  # (batch, length, tags) float32
+
+`num_shapes` > 0 adds a `shape_ids` input (each piece's word shape, see tasks/ner.py),
+embedded and added to the piece embeddings.
 """
 
 import keras
@@ -11,13 +14,18 @@ from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
 
 
-def build_tagger(vocabulary_size, max_length, num_tags, model_config, dtype):
+def build_tagger(vocabulary_size, max_length, num_tags, model_config, dtype, num_shapes=0):
     # === Inputs ===
     token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     padding_mask = keras.Input(shape=(None,), dtype="bool", name="padding_mask")
+    inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
+    extra = None
+    if num_shapes:
+        inputs["shape_ids"] = keras.Input(shape=(None,), dtype="int32", name="shape_ids")
+        extra = (inputs["shape_ids"], num_shapes)
     # === Functional Model ===
-    states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype)
+    states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=extra)
     states = keras.layers.Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(states)
     logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
     logits = float32_island(logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision")
-    return keras.Model({"token_ids": token_ids, "padding_mask": padding_mask}, logits(states), name="tagger")
+    return keras.Model(inputs, logits(states), name="tagger")

@@ -120,12 +120,25 @@ def token_counts(padding_mask):
     return np.stack([padding_mask.sum(axis=1), np.full(batch, length)], axis=1).astype(np.int32)
 
 
+def sparse_cross_entropy(labels, logits):
+    """-log softmax(logits)[label], for labels of any shape, in float32.
+
+    Not `tf.nn.sparse_softmax_cross_entropy_with_logits`: once a process has turned op
+    determinism on (`runtime.deterministic`), TensorFlow swaps in a version that holds a
+    NaN constant (the answer for an out-of-range label), and check-numerics mode stops on
+    that constant in every healthy run."""
+    import tensorflow as tf
+
+    # float32: the logits are float32 already; log_softmax's log-sum-exp stays there.
+    log_probabilities = tf.nn.log_softmax(logits)
+    return -tf.reduce_sum(tf.one_hot(labels, tf.shape(logits)[-1], dtype=logits.dtype) * log_probabilities, axis=-1)
+
+
 def weighted_cross_entropy(targets, logits):
     """(sum of weighted cross-entropies, sum of weights) over `labels` of any shape."""
     import tensorflow as tf
 
-    # float32: the logits are float32 already; cross-entropy's log-sum-exp stays there.
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets["labels"], logits=logits)
+    losses = sparse_cross_entropy(targets["labels"], logits)
     weights = targets["weights"]
     return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 

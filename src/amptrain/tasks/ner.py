@@ -21,6 +21,12 @@ its other pieces are weighted 0, out of the loss and the metrics. A word that ma
 zero-width space, a soft hyphen) is given one `[UNK]` piece, so that every word has a
 place and a prediction.
 
+Word shapes: besides its pieces, every piece carries its word's shape (lower, Title, ALL
+CAPS, mIxed, number, punctuation, URL, @mention, #hashtag; at the start of the sentence
+or not), an id the tagger embeds and adds to the piece's embedding. Subword pieces of a
+small cased vocabulary hide capitalisation in which piece was picked; the shape says it
+outright, and it is most of what tells a name from a word in noisy text.
+
 Truncation never splits a word: a sentence is cut before the first word whose pieces do
 not all fit into `data.max_length` (the `[CLS]` piece included). That word and the ones
 after it are truncated: counted (logged at start, `truncated_words` in each evaluation),
@@ -39,7 +45,7 @@ from amptrain.data import conll
 from amptrain.data.batching import round_up
 from amptrain.data.vocabulary import CLS, PAD_ID, UNK, WordPiece
 from amptrain.metrics import spans
-from amptrain.tasks.common import TextTask, batch_signature, token_counts
+from amptrain.tasks.common import TextTask, batch_signature, sparse_cross_entropy, token_counts
 
 # TensorFlow is imported inside the methods that need it, so that a malformed data
 # file is reported (one line, path:line) before TensorFlow's start-up prints anything.
@@ -50,6 +56,39 @@ logger = logging.getLogger("amptrain")
 # and digits (with inner apostrophes, hyphens or dots: "don't", "e-mail", "U.S"), or any
 # other single character. (WNUT's own tokens split "it's" into "it" and "'s".)
 WORD = re.compile(r"https?://\S+|[@#]?\w+(?:['’.-]\w+)*|\S")
+
+
+SHAPES = ("lower", "title", "caps", "mixed", "number", "punctuation", "url", "mention", "hashtag")
+# 0: [CLS] and padding; then each shape at the sentence start or not (19 ids), the table
+# padded to a multiple of 8 (tensor cores; `amptrain audit` checks it).
+NUM_SHAPES = 24
+
+
+def word_shape(word, sentence_start):
+    """The id of `word`'s shape (see SHAPES), from 1 to 2 * len(SHAPES)."""
+    letters = [c for c in word if c.isalpha()]
+    if word.startswith(("http:", "https:", "www.")):
+        shape = "url"
+    elif len(word) > 1 and word[0] in "@#" and word[1:2].isalnum():
+        shape = "mention" if word[0] == "@" else "hashtag"
+    elif letters and all(c.isupper() for c in letters):
+        shape = "caps" if len(letters) > 1 else "title"
+    elif letters and letters[0].isupper() and all(c.islower() for c in letters[1:]):
+        shape = "title"
+    elif letters:
+        shape = "mixed" if any(c.isupper() for c in letters) else "lower"
+    else:
+        shape = "number" if any(c.isdigit() for c in word) else "punctuation"
+    return 1 + SHAPES.index(shape) + (len(SHAPES) if sentence_start else 0)
+
+
+def piece_shapes(words, ids, firsts):
+    """The shape id of every piece: its word's; 0 for [CLS] (and, later, padding)."""
+    shapes = np.zeros(len(ids), np.int32)
+    ends = list(firsts[1:]) + [len(ids)]
+    for i, (start, end) in enumerate(zip(firsts, ends)):
+        shapes[start:end] = word_shape(words[i], i == 0)
+    return shapes
 
 
 def align(word_pieces, max_length, cls_id):
@@ -74,6 +113,7 @@ class TaggedSplit:
         aligned = [align([word_pieces[w] for w in s.words], max_length, cls_id) for s in sentences]
         self.token_ids = [ids for ids, _, _ in aligned]
         self.first_pieces = [firsts for _, firsts, _ in aligned]
+        self.shapes = [piece_shapes(s.words, ids, firsts) for s, (ids, firsts, _) in zip(sentences, aligned)]
         self.truncated_words = int(sum(cut for _, _, cut in aligned))
         self.lengths = np.array([len(ids) for ids in self.token_ids])
         self.words = sum(len(s.words) for s in sentences)
@@ -139,24 +179,30 @@ class NerTask(TextTask):
         def build(indices, length):
             batch = len(indices)
             ids = np.full((batch, length), PAD_ID, np.int32)
+            shapes = np.zeros((batch, length), np.int32)
             tags = np.zeros((batch, length), np.int32)
             weights = np.zeros((batch, length), np.float32)
             for row, index in enumerate(indices):
                 if index >= 0:
                     pieces, firsts = split.token_ids[index], split.first_pieces[index]
                     ids[row, : len(pieces)] = pieces
+                    shapes[row, : len(pieces)] = split.shapes[index]
                     # Only a word's first piece carries its tag; truncated words have none.
                     word_classes = self.class_of_tag[split.tag_ids[index][: len(firsts)]]
                     tags[row, firsts] = word_classes
                     weights[row, firsts] = np.where(word_classes == outside, outside_weight, 1.0)
             mask = ids != PAD_ID
-            return {"token_ids": ids, "padding_mask": mask}, {"labels": tags, "weights": weights}, token_counts(mask)
+            features = {"token_ids": ids, "padding_mask": mask, "shape_ids": shapes}
+            return features, {"labels": tags, "weights": weights}, token_counts(mask)
 
         return build
 
     @staticmethod
     def signature():
-        return batch_signature(target_shape=(None, None))
+        import tensorflow as tf
+
+        features, targets, counts = batch_signature(target_shape=(None, None))
+        return {**features, "shape_ids": tf.TensorSpec((None, None), tf.int32)}, targets, counts
 
     # === Model and loss ===
 
@@ -164,7 +210,8 @@ class NerTask(TextTask):
         from amptrain.models.tagger import build_tagger
 
         d = self.config.data
-        return build_tagger(self.tokenizer.size, round_up(d.max_length), len(self.classes), self.config.model, dtype)
+        return build_tagger(self.tokenizer.size, round_up(d.max_length), len(self.classes), self.config.model, dtype,
+                            num_shapes=NUM_SHAPES)
 
     @staticmethod
     def loss_fn(targets, logits):
@@ -174,7 +221,7 @@ class NerTask(TextTask):
         import tensorflow as tf
 
         # float32: the logits are float32 already; cross-entropy's log-sum-exp stays there.
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets["labels"], logits=logits)
+        losses = sparse_cross_entropy(targets["labels"], logits)
         weights = targets["weights"]
         return tf.reduce_sum(losses * weights), tf.reduce_sum(tf.cast(weights > 0, tf.float32))
 
