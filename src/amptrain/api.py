@@ -18,27 +18,69 @@ RUNS_DIR = "runs"
 
 
 def fit(config_path, overrides=(), run_dir=None, overwrite=False):
-    """Trains (or resumes) a run; returns {"run_dir", "test": test metrics}."""
+    """Trains (or resumes) a run; returns {"run_dir", "test": test metrics}.
+
+    In a multi-worker cluster (TF_CONFIG) every worker calls this with the same
+    arguments; only the chief (worker 0) writes into `run_dir`."""
+    from amptrain.distribute import Cluster
+
     config = config_lib.load_config(config_path, overrides)
     run_dir = os.path.abspath(run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
-    _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
+    cluster = Cluster.from_env()
+    if cluster.is_chief:
+        _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
+        write_dir = run_dir
+    else:
+        # The others write into a folder of their own, removed at the end.
+        write_dir = tempfile.mkdtemp(prefix=f"amptrain-worker{cluster.index}-")
+    try:
+        return _fit(config, run_dir, write_dir, cluster)
+    finally:
+        if write_dir != run_dir:
+            shutil.rmtree(write_dir, ignore_errors=True)
+
+
+def _fit(config, run_dir, write_dir, cluster):
+    from amptrain import distribute
     from amptrain.engine.telemetry import setup_logging
     from amptrain.precision import check_numerics
     from amptrain.tasks import TASKS
 
-    logger = setup_logging(run_dir)
+    # Only the chief reports progress on the terminal; the others their warnings and errors.
+    logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
     task = TASKS[config.task](config, run_dir)
-    task.prepare()  # reads and checks the data first: a bad row stops the run here
-
-    if not config.runtime.check_numerics:
-        test_metrics = _train(task, config, run_dir)
+    distribute.configure_devices(config.runtime)
+    if cluster.is_multi_worker:
+        # The strategy must exist before TensorFlow runs anything (it sets up the
+        # collectives). The chief learns the vocabulary and labels into the run folder
+        # first; the others then read them, so every worker tokenises alike.
+        placement = distribute.select_strategy(config.runtime, cluster)
+        if cluster.is_chief:
+            task.prepare()
+        distribute.barrier(placement.strategy)
+        if not cluster.is_chief:
+            task.prepare()
     else:
-        try:
-            test_metrics = _train(task, check_numerics.enable(config), run_dir)
-        finally:
-            # Process-wide for this thread: a later fit in the same process must not inherit it.
-            check_numerics.disable()
+        task.prepare()  # reads and checks the data first: a bad row stops the run here
+        placement = distribute.select_strategy(config.runtime, cluster)
+
+    try:
+        if not config.runtime.check_numerics:
+            test_metrics = _train(task, config, run_dir, write_dir, cluster, placement)
+        else:
+            try:
+                test_metrics = _train(task, check_numerics.enable(config), run_dir, write_dir, cluster, placement)
+            finally:
+                # Process-wide for this thread: a later fit in the same process must not inherit it.
+                check_numerics.disable()
+    except Exception as error:
+        lost = distribute.explain_lost_peer(error, cluster)
+        if lost:
+            from amptrain.errors import PeerLost
+
+            raise PeerLost(lost) from error
+        raise
     if test_metrics:
         shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
         logger.info(f"test (best checkpoint): {shown}")
@@ -46,19 +88,17 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     return {"run_dir": run_dir, "test": test_metrics}
 
 
-def _train(task, config, run_dir):
-    """Builds the model and the strategy and trains; returns the test metrics.
+def _train(task, config, run_dir, write_dir, cluster, placement):
+    """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
-    from amptrain import distribute
     from amptrain.engine.loop import Job, run_training
     from amptrain.precision import check_numerics
     from amptrain.precision.policy import select_policy
 
-    _seed(config)
+    seed(config)
     policy, reason = select_policy(config.precision.policy)
-    strategy = distribute.select_strategy(config.runtime)
-    with strategy.scope():
+    with placement.strategy.scope():
         model = task.build_model(policy)
     job = Job(
         model=model,
@@ -71,7 +111,7 @@ def _train(task, config, run_dir):
         has_test="test" in task.splits,
     )
     try:
-        return run_training(job, config, run_dir, strategy, policy, reason)
+        return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir)
     except Exception as error:
         if config.runtime.check_numerics and check_numerics.detected(error):
             raise NumericsError(check_numerics.explain(error, model)) from error
@@ -95,7 +135,7 @@ def _claim_run_dir(config, run_dir, overwrite):
     config_lib.save_config(config, saved_path)
 
 
-def _seed(config):
+def seed(config):
     """Seeds and determinism: the process-wide settings of a run."""
     import keras
     import tensorflow as tf

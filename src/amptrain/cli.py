@@ -4,6 +4,7 @@
     amptrain eval runs/classify-spam --split test
     amptrain predict runs/classify-spam --text "see you at lunch"
     amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
+    amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
 """
 
 import argparse
@@ -16,7 +17,7 @@ def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-    from amptrain.errors import Interrupted, NumericsError, UserError
+    from amptrain.errors import Interrupted, NumericsError, PeerLost, UserError
 
     try:
         return args.run(args)
@@ -26,6 +27,9 @@ def main(argv=None):
     except NumericsError as error:
         print(f"amptrain: training stopped: {error}", file=sys.stderr)
         return 3
+    except PeerLost as error:
+        print(f"amptrain: training stopped: {error}", file=sys.stderr)
+        return 4
     except Interrupted:
         print("amptrain: stopped by SIGTERM after saving a checkpoint; rerun to resume", file=sys.stderr)
         return 143
@@ -71,6 +75,18 @@ def _parser():
                        help="override a config value (repeatable), e.g. precision.policy=mixed_float16")
     audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
     audit.set_defaults(run=_audit)
+
+    launch = commands.add_parser(
+        "launch",
+        help="a multi-worker run on this machine: N `fit` processes over localhost (worker 0 writes the run folder)",
+    )
+    launch.add_argument("--workers", type=int, required=True, help="how many worker processes (2 or more)")
+    launch.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    launch.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable), as for fit")
+    launch.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
+    launch.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
+    launch.set_defaults(run=_launch)
 
     bench = commands.add_parser("bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups")
     bench.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
@@ -130,6 +146,12 @@ def _audit(args):
 
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 1 if report["risks"] else 0
+
+
+def _launch(args):
+    from amptrain.launch import launch
+
+    return launch(args.config, args.workers, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
 
 
 def _bench(args):

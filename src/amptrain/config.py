@@ -21,7 +21,7 @@ import tomli_w
 from amptrain.errors import ConfigError
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
-STRATEGIES = ("default",)
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 TASK_NAMES = ("classification", "ner")
 # The file formats each task reads ("auto": from the file's extension).
 TASK_FORMATS = {"classification": ("auto", "csv", "tsv", "jsonl"), "ner": ("auto", "conll")}
@@ -71,7 +71,13 @@ class PrecisionConfig:
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    strategy: str = "default"
+    # auto: multi_worker when TF_CONFIG names a cluster, tpu when a TPU is named or
+    # attached, mirrored over several GPUs (or runtime.cpu_replicas), else one_device
+    strategy: str = "auto"
+    devices: str = ""  # comma-separated, e.g. "/gpu:0,/gpu:1"; empty: every GPU (else the CPU)
+    cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
+    tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
+    collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
     jit_compile: bool = False
     steps_per_execution: int = 1
     seed: int = 0
@@ -99,6 +105,7 @@ class TrainConfig:
     on_nonfinite: str = "stop"  # a non-finite loss: stop | skip | restore (the last good checkpoint)
     restore_lr_factor: float = 0.5  # learning rate multiplier after each restore
     max_restores: int = 3
+    accumulation_steps: int = 1  # micro-batches of batch_size a step; one update per step
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -118,6 +125,9 @@ class Config:
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "task"}
 # Keys that only say how long to train: a rerun may change them and still resume.
 RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
+# Keys that only say where a run trains: the update does not depend on the replica count,
+# so a run may resume on other devices or another number of workers.
+PLACEMENT_KEYS = ("runtime.strategy", "runtime.devices", "runtime.cpu_replicas", "runtime.tpu", "runtime.collective_timeout")
 PATH_KEYS = ("data.train", "data.dev", "data.test", "data.vocabulary")
 
 
@@ -258,6 +268,9 @@ def validate(config):
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
     _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
+    require(r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas)
+    require(0 < r.collective_timeout < math.inf, "runtime.collective_timeout", "a finite number of seconds > 0",
+            r.collective_timeout)
     require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
     require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
     require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)
@@ -277,6 +290,7 @@ def validate(config):
     require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)
     require(0 < t.restore_lr_factor <= 1, "train.restore_lr_factor", "a number in (0, 1]", t.restore_lr_factor)
     require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
+    require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
 
 
 def _validate_loss_scale(p, require):
@@ -317,7 +331,7 @@ def save_config(config, path):
         tomli_w.dump(to_dict(config), f)
 
 
-def differing_keys(a, b, ignore=RUN_LENGTH_KEYS):
+def differing_keys(a, b, ignore=RUN_LENGTH_KEYS + PLACEMENT_KEYS):
     """The `section.key` names whose values differ between two configs."""
     flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
     keys = sorted(set(flat_a) | set(flat_b))

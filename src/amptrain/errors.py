@@ -20,3 +20,8 @@ class Interrupted(Exception):
 class NumericsError(Exception):
     """Training cannot go on with finite numbers (the loss scale collapsed, the loss stayed
     non-finite): the message is a diagnosis of several lines, the last good checkpoint is kept."""
+
+
+class PeerLost(Exception):
+    """A worker of a multi-worker run died or hung: the message names it; the chief's last
+    checkpoint is kept, and rerunning the same command resumes from it."""

@@ -30,7 +30,7 @@ def measure_combination(spec):
     import tensorflow as tf
 
     from amptrain import distribute
-    from amptrain.api import _seed
+    from amptrain.api import seed
     from amptrain.bench.flops import training_flops_per_token
     from amptrain.engine.optimizer import build_optimizer
     from amptrain.engine.trainer import Trainer
@@ -42,9 +42,9 @@ def measure_combination(spec):
     with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
         task = TASKS[config.task](config, scratch)
         task.prepare(("train",))
-    _seed(config)
+    seed(config)
     policy, _ = select_policy(config.precision.policy)
-    strategy = distribute.select_strategy(config.runtime)
+    strategy = distribute.select_strategy(config.runtime).strategy
     with strategy.scope():
         model = task.build_model(policy)
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)

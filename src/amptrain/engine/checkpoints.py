@@ -23,8 +23,10 @@ from amptrain.errors import NumericsError
 
 
 class Checkpoints:
-    def __init__(self, directory, model, optimizer, step, state=None, max_to_keep=3):
+    def __init__(self, directory, model, optimizer, step, state=None, max_to_keep=3, source=None):
         self.directory = directory
+        # Where restores read from: the chief's folder, for a worker that saves elsewhere.
+        self.source = source or directory
         self.model = model
         self.step = step
         # The lowest finite float64, not -inf: check-numerics mode stops on any read of an inf.
@@ -54,11 +56,16 @@ class Checkpoints:
 
     def restore_latest(self):
         """Restores the newest checkpoint, if any; returns its step (0 when none)."""
-        path = self.manager.latest_checkpoint
+        path = self.latest_path()
         if path is None:
             return 0
         self.checkpoint.restore(path).assert_existing_objects_matched()
         return int(self.step.numpy())
+
+    def latest_path(self):
+        if self.source == self.directory:
+            return self.manager.latest_checkpoint
+        return tf.train.latest_checkpoint(self.source)
 
     def save(self):
         self._check_finite()
@@ -77,7 +84,10 @@ class Checkpoints:
 
     def restore_best(self):
         """Restores the best checkpoint (by the dev metric); falls back to the latest."""
-        path = self.best_manager.latest_checkpoint or self.manager.latest_checkpoint
+        if self.source == self.directory:
+            path = self.best_manager.latest_checkpoint or self.manager.latest_checkpoint
+        else:
+            path = tf.train.latest_checkpoint(os.path.join(self.source, "best")) or self.latest_path()
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         self.checkpoint.restore(path).expect_partial()

@@ -1,13 +1,20 @@
 """The fit loop: train in chunks of `steps_per_execution`, log, evaluate, checkpoint, resume.
 
     job = Job(model, loss_fn, train_dataset, steps_per_epoch, evaluate, primary_metric="accuracy")
-    run_training(job, config, run_dir, strategy, policy="float32", policy_reason="...")
+    run_training(job, config, run_dir, placement, policy="float32", policy_reason="...")
 
 The engine knows no task: a `Job` hands it a model, a loss, a dataset factory and an
 evaluation callable, and it runs them.
+
+On several workers every worker runs this same loop in lockstep (each graph call and
+each evaluation holds collectives), reads checkpoints from the chief's `run_dir`, and
+writes into its own `write_dir`: the chief's is `run_dir`, the others' are temporary
+folders that the caller removes (TensorFlow's multi-worker saving asks every worker to
+save, the others to places of their own).
 """
 
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -20,7 +27,7 @@ import keras
 from amptrain import distribute
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.optimizer import build_optimizer, current_learning_rate
-from amptrain.engine.telemetry import LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
+from amptrain.engine.telemetry import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, Trainer
 from amptrain.errors import Interrupted, NumericsError
@@ -46,13 +53,20 @@ class Job:
     has_test: bool = True
 
 
-def run_training(job, config, run_dir, strategy, policy, policy_reason):
-    """Trains (or resumes) and scores the test split with the best checkpoint.
+def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None):
+    """Trains (or resumes) and scores the test split with the best checkpoint. `placement`:
+    the strategy and why (`distribute.select_strategy`).
 
     Returns the final test metrics (or {} without a test split)."""
+    cluster = cluster or distribute.Cluster()
+    strategy = placement.strategy
+    write_dir = write_dir or run_dir
     t = config.train
-    steps = t.total_steps(job.steps_per_epoch)
-    eval_every = t.eval_every or job.steps_per_epoch
+    distribute.check_batch_size(t.batch_size, strategy)
+    # A step is `accumulation_steps` batches of the task's plan.
+    steps_per_epoch = max(1, job.steps_per_epoch // t.accumulation_steps)
+    steps = t.total_steps(steps_per_epoch)
+    eval_every = t.eval_every or steps_per_epoch
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
         logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
@@ -72,16 +86,22 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
             t.clip_norm,
             max_consecutive_skips=config.precision.max_consecutive_skips,
             stop_on_nonfinite_loss=t.on_nonfinite != "skip",
+            accumulation_steps=t.accumulation_steps,
         )
     state = {"loss_scale": scaler, "learning_rate_factor": lr_factor, **trainer.counters()}
-    checkpoints = Checkpoints(os.path.join(run_dir, "checkpoints"), job.model, optimizer, trainer.step, state, t.max_to_keep)
+    checkpoints = Checkpoints(
+        os.path.join(write_dir, "checkpoints"), job.model, optimizer, trainer.step, state, t.max_to_keep,
+        source=os.path.join(run_dir, "checkpoints"),
+    )
     start_step = checkpoints.restore_latest()
-    log = MetricsLog(metrics_path, resume_step=start_step)
-    scalars = Scalars(os.path.join(run_dir, "tensorboard"))
+    log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
+    scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     log.write(
         {
             "kind": "run",
-            **distribute.describe(strategy),
+            **placement.describe(cluster),
+            "global_batch_size": t.batch_size,
+            "accumulation_steps": t.accumulation_steps,
             "policy": policy,
             "policy_reason": policy_reason,
             "jit_compile": config.runtime.jit_compile,
@@ -94,16 +114,36 @@ def run_training(job, config, run_dir, strategy, policy, policy_reason):
     )
     if start_step:
         logger.info(f"resuming from the checkpoint of step {start_step}")
-    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {job.steps_per_epoch} a epoch")
+    replicas = strategy.num_replicas_in_sync
+    logger.info(
+        f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
+        f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
+        + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
+    )
+    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
     if scaler is not None:
         logger.info(scaler.describe())
 
     loop = _Loop(job, config, trainer, checkpoints, log, scalars, steps, eval_every, lr_factor)
     try:
         loop.run(start_step)
-        return _final_test(job, trainer, checkpoints, log, scalars)
+        # The chief may still be writing the best checkpoint that every worker reads next.
+        distribute.barrier(strategy)
+        metrics = _final_test(job, trainer, checkpoints, log, scalars)
     finally:
         scalars.close()
+    logger.info(
+        f"{cluster.name() + ': ' if cluster.is_multi_worker else ''}final weights {weights_fingerprint(job.model)} (step {int(trainer.step.numpy())})", extra=EVERY_WORKER
+    )
+    return metrics
+
+
+def weights_fingerprint(model):
+    """A short hash of the model's weights: workers that trained in sync print the same."""
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        digest.update(variable.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 class _Loop:
@@ -121,7 +161,7 @@ class _Loop:
         step = start_step
         if step >= self.steps or self._stopped_early():
             return
-        if self.config.train.on_nonfinite == "restore" and self.checkpoints.manager.latest_checkpoint is None:
+        if self.config.train.on_nonfinite == "restore" and self.checkpoints.latest_path() is None:
             self.checkpoints.save()  # something to go back to before the first interval
         self.watch = NumericsWatch(self.trainer, self.log)
         # Signal handlers can only be set from the main thread (fit may run elsewhere).
@@ -145,7 +185,9 @@ class _Loop:
 
     def _train_from(self, step):
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
-        iterator = iter(self.trainer.strategy.experimental_distribute_dataset(self.job.train_dataset(step)))
+        # Step N is batches N*K .. N*K+K-1 of the plan (K = accumulation_steps).
+        first_batch = step * self.config.train.accumulation_steps
+        iterator = iter(distribute.distribute_batches(self.trainer.strategy, lambda: self.job.train_dataset(first_batch)))
         progress = Progress(self.steps, step)
         window = _Window()
         try:
@@ -179,10 +221,10 @@ class _Loop:
         t = self.config.train
         if int(totals["stop"]) == NONFINITE_LOSS and t.on_nonfinite == "restore" and self.restores < t.max_restores:
             return self._restore(step)
-        raise NumericsError(self.watch.diagnosis(totals["stop"], step, self.config, self.checkpoints.manager.latest_checkpoint))
+        raise NumericsError(self.watch.diagnosis(totals["stop"], step, self.config, self.checkpoints.latest_path()))
 
     def _restore(self, bad_step):
-        path = self.checkpoints.manager.latest_checkpoint
+        path = self.checkpoints.latest_path()
         step = self.checkpoints.restore_latest()
         self.restores += 1
         # The checkpoint brought back its own factor; lower it from there.

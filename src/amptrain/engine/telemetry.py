@@ -14,8 +14,13 @@ import time
 LOGGER_NAME = "amptrain"
 
 
-def setup_logging(run_dir):
-    """Everything logged goes to the terminal and to `run_dir/train.log`."""
+EVERY_WORKER = {"every_worker": True}  # `extra=` of a line that every worker shows on its terminal
+
+
+def setup_logging(run_dir, quiet_console=False):
+    """Everything logged goes to `run_dir/train.log` and the terminal; with `quiet_console`
+    (a worker other than the chief) the terminal only gets warnings and lines logged with
+    `extra=EVERY_WORKER`."""
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.INFO)
     for handler in list(logger.handlers):
@@ -25,6 +30,8 @@ def setup_logging(run_dir):
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter("%(message)s"))
+    if quiet_console:
+        console.addFilter(lambda record: record.levelno >= logging.WARNING or getattr(record, "every_worker", False))
     logger.addHandler(file_handler)
     logger.addHandler(console)
     logger.propagate = False

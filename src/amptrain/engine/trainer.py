@@ -8,6 +8,12 @@ The loss contract: `loss_fn(targets, outputs)` returns the sum of per-target los
 the number of real targets on this replica. Both are all-reduced and divided, so the
 update is the same for any replica count, padding, or token-level task.
 
+Accumulation: with `accumulation_steps` K, a step runs K micro-batches through the
+forward and backward pass, sums their (unscaled) gradients and losses, and applies one
+update: the mean over the real targets of all K micro-batches on all replicas, equal to
+one step on a K-times-larger batch. The skip decision and the loss scaler see the
+accumulated gradients.
+
 Skipping: a step is applied only if its loss and its all-reduced gradients are finite.
 A skipped step changes no weight, no optimizer slot and not the optimizer's iteration
 count (so not the learning-rate schedule either), but it consumes its batch: `step`
@@ -43,6 +49,7 @@ class Trainer:
         clip_norm=0.0,
         max_consecutive_skips=0,
         stop_on_nonfinite_loss=True,
+        accumulation_steps=1,
     ):
         self.strategy = strategy
         self.model = model
@@ -52,6 +59,7 @@ class Trainer:
         self.clip_norm = clip_norm
         self.max_consecutive_skips = max_consecutive_skips  # 0: no limit
         self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
+        self.accumulation_steps = accumulation_steps
         self.variables = list(model.trainable_variables)
         # Counted in the graph and checkpointed: a Ctrl-C that lands between a graph
         # call's return and Python's bookkeeping still saves the right numbers.
@@ -66,7 +74,7 @@ class Trainer:
         self._forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
-        self._predict_loop = tf.function(lambda features: self.strategy.run(self._predict_step, args=(features,)), reduce_retracing=True)
+        self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True)
 
     def counters(self):
         """The trackables a checkpoint must hold besides the model and optimizer."""
@@ -82,30 +90,41 @@ class Trainer:
             outputs = self.model(features, training=True)
             loss_sum, count = self.loss_fn(targets, outputs)
             # A per-replica mean keeps the gradients' magnitudes (and so the loss
-            # scale) independent of batch size; _replica_step turns it into the
-            # replica's share of the global mean.
+            # scale) independent of batch size; _micro_step turns it back into sums.
             local_mean = loss_sum / tf.maximum(count, 1.0)
             scaled = local_mean * scale
         gradients = tape.gradient(scaled, self.variables)
         return loss_sum, count, gradients
 
-    def _replica_step(self, features, targets, token_counts, scale):
-        context = tf.distribute.get_replica_context()
+    def _micro_step(self, features, targets, token_counts, scale, *accumulated):
+        """One micro-batch on this replica: its loss sum, target count, the unscaled
+        gradient of its loss *sum* (float32), and its real and padded tokens; added to
+        `accumulated` (the same four) when given."""
         loss_sum, count, gradients = self._forward_backward(features, targets, scale)
+        gradients = [tf.convert_to_tensor(g) * (count / scale) for g in gradients]
+        tokens = tf.reduce_sum(tf.cast(token_counts, tf.int64), axis=0)
+        if not accumulated:
+            return loss_sum, count, gradients, tokens
+        previous_sum, previous_count, previous_gradients, previous_tokens = accumulated
+        gradients = [a + g for a, g in zip(previous_gradients, gradients)]
+        return previous_sum + loss_sum, previous_count + count, gradients, previous_tokens + tokens
+
+    def _reduce_step(self, loss_sum, count, gradients, tokens):
+        """The global mean gradient of the step, from every replica's sums."""
+        context = tf.distribute.get_replica_context()
         global_loss_sum, global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, count])
-        share = count / (tf.maximum(global_count, 1.0) * scale)
-        gradients = [tf.convert_to_tensor(g) * share for g in gradients]
         # Summing here, not in the optimizer, gives every replica the global gradient:
         # its norm, its finiteness (one replica's inf makes the sum inf, so the skip
         # decision covers every replica) and the clipping all see the same values.
         gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        gradients = [g / tf.maximum(global_count, 1.0) for g in gradients]
         # One flag a variable: the overflow locator's evidence, and their AND is the
         # step's finiteness, so the locator costs nothing extra.
         variable_finite = tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in gradients])
         norm = tf.linalg.global_norm(gradients)
         if self.clip_norm > 0:
             gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm, use_norm=norm)
-        tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(tf.cast(token_counts, tf.int64), axis=0))
+        tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
         loss = global_loss_sum / tf.maximum(global_count, 1.0)
         return loss, variable_finite, norm, tokens, gradients
 
@@ -119,9 +138,12 @@ class Trainer:
 
     def _one_step(self, iterator):
         """Runs and (if finite) applies one step; returns its numbers and why to stop."""
-        features, targets, token_counts = next(iterator)
         scale = self._current_scale()
-        results = self.strategy.run(self._replica_step, args=(features, targets, token_counts, scale))
+        accumulated = ()
+        for _ in range(self.accumulation_steps):  # unrolled: K is small, and each call is the same function
+            features, targets, token_counts = next(iterator)
+            accumulated = self.strategy.run(self._micro_step, args=(features, targets, token_counts, scale, *accumulated))
+        results = self.strategy.run(self._reduce_step, args=accumulated)
         # After the all-reduces every replica holds the same values: read the first.
         local = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
         loss, variable_finite, norm, tokens = (local(v) for v in results[:4])
@@ -165,6 +187,10 @@ class Trainer:
             done += 1
         return totals
 
+    def _predict_loop_impl(self, features):
+        result = self.strategy.run(self._predict_step, args=(features,))
+        return tf.nest.map_structure(lambda v: self.strategy.gather(v, axis=0), result)
+
     # === Eager entry points ===
 
     def train(self, iterator, num_steps):
@@ -175,10 +201,12 @@ class Trainer:
 
     def predict(self, dataset):
         """Model outputs for each batch of a finite dataset of (features, targets, token_counts)."""
+        from amptrain.distribute import distribute_batches
+
         outputs = []
-        for features, _, _ in self.strategy.experimental_distribute_dataset(dataset):
-            result = self._predict_loop(features)
-            outputs.append(tf.nest.map_structure(lambda v: self.strategy.gather(v, axis=0).numpy(), result))
+        # Replica r predicts slice r of each batch; gathering in replica order rebuilds the batch.
+        for features, _, _ in distribute_batches(self.strategy, lambda: dataset):
+            outputs.append(tf.nest.map_structure(lambda v: v.numpy(), self._predict_loop(features)))
         return outputs
 
 

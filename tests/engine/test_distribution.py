@@ -1,0 +1,297 @@
+"""Distribution gives the answer of one device: mirrored over 2 logical CPUs, 2 local
+workers through `amptrain launch`, gradient accumulation; and a lost worker is named.
+
+Logical CPU devices and multi-worker collectives must be set up before TensorFlow
+starts, so those runs are `amptrain` processes of their own; the one-device runs they
+are compared with run here.
+
+Tolerance: the root-mean-square and the largest difference over all trainable weights
+after 8 steps of Adam (lr 3e-3), measured on the 2-core CPU this was written on (TF 2.21,
+Keras 3.15): float32 RMS 6.4e-8, largest 3.4e-6; mixed_float16 RMS 1.1e-4, largest
+3.7e-3, which is what float16 rounding alone makes (one device, mixed_float16 against
+float32: RMS 8.3e-5, largest 3.4e-3). The replicas sum their gradients in another order
+than one device, and Adam divides by sqrt(v): the attention's key bias, whose gradient is
+zero but for rounding, moves by about a learning rate in a direction the rounding picks.
+The bounds are 5-30x the measurements.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import amptrain
+from amptrain import distribute
+from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.trainer import Trainer
+from amptrain.errors import ConfigError
+from amptrain.precision.loss_scale import LossScaler
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from poisoned import poisoned_model, squared_error  # noqa: E402
+
+TOLERANCE = {"float32": (1e-6, 1e-4), "mixed_float16": (5e-4, 1.5e-2)}  # (RMS, largest)
+# Deterministic, no dropout (each replica would draw its own masks), a loss scale that
+# does not overflow on this model, and 8 steps in 2 graph calls of 4.
+SAME_RUN = [
+    "runtime.deterministic=true",
+    "model.dropout=0.0",
+    "precision.initial_scale=1024",
+    "runtime.steps_per_execution=4",
+    "train.steps=8",
+    "train.eval_every=8",
+    "train.checkpoint_every=8",
+]
+
+
+def amptrain_cli(args, env=None, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "amptrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+    )
+
+
+def weights(run_dir, step=8):
+    """The model's variables in a run's checkpoint of `step`, by checkpoint key."""
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+        # The trainable weights sit in the checkpoint under the optimizer's list of them.
+        if name.startswith("optimizer/_trainable_variables/")
+    }
+
+
+def differences(a, b):
+    """(root mean square, largest) absolute difference over all weights of two runs."""
+    assert a.keys() == b.keys() and a
+    d = np.concatenate([(a[k] - b[k]).ravel() for k in sorted(a)])
+    return float(np.sqrt(np.mean(d**2))), float(np.max(np.abs(d)))
+
+
+def assert_close(a, b, policy):
+    (rms, largest), (rms_bound, largest_bound) = differences(a, b), TOLERANCE[policy]
+    assert rms < rms_bound and largest < largest_bound, (rms, largest)
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory, spam_rows):
+    """The tiny spam run on one device, per policy (made on first use)."""
+    from conftest import TINY_CONFIG, write_rows
+
+    folder = tmp_path_factory.mktemp("dist")
+    write_rows(folder / "train.csv", spam_rows[:96])
+    write_rows(folder / "dev.csv", spam_rows[96:128])
+    config = folder / "tiny.toml"
+    config.write_text(TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"'))
+    runs = {}
+
+    def run(policy):
+        if policy not in runs:
+            run_dir = folder / f"one-{policy}"
+            amptrain.fit(str(config), SAME_RUN + [f"precision.policy={policy}"], run_dir=str(run_dir))
+            runs[policy] = str(run_dir)
+        return runs[policy]
+
+    run.config = config
+    run.folder = folder
+    return run
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_mirrored_over_two_cpus_equals_one_device(one_device, policy):
+    mirrored = str(one_device.folder / f"mirrored-{policy}")
+    overrides = SAME_RUN + [f"precision.policy={policy}", "runtime.strategy=mirrored", "runtime.cpu_replicas=2"]
+    result = amptrain_cli(["fit", str(one_device.config), "--run-dir", mirrored, *sum((["--set", o] for o in overrides), [])])
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = [r for r in read_metrics(os.path.join(mirrored, "metrics.jsonl")) if r["kind"] == "run"][0]
+    assert (run["strategy"], run["num_replicas"], run["num_workers"]) == ("mirrored", 2, 1)
+    assert "global batch 8 (4 a replica)" in result.stderr
+    assert_close(weights(one_device(policy)), weights(mirrored), policy)
+
+
+def test_launch_two_workers_equals_one_device(one_device, tmp_path):
+    run_dir = tmp_path / "launched"
+    scratch = tmp_path / "tmp"  # where the non-chief worker's folder goes, and must be gone from
+    scratch.mkdir()
+    result = amptrain_cli(
+        ["launch", "--workers", "2", str(one_device.config), "--run-dir", str(run_dir),
+         *sum((["--set", o] for o in SAME_RUN + ["precision.policy=float32"]), [])],
+        env={"TMPDIR": str(scratch)},
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("[worker 0] ") for line in lines) and any(line.startswith("[worker 1] ") for line in lines)
+    # Both workers end with bit-identical weights (they print a hash of them).
+    fingerprints = {line.split(" ")[1]: line.split("final weights ")[1].split()[0] for line in lines if "final weights" in line}
+    assert set(fingerprints) == {"0]", "1]"} and len(set(fingerprints.values())) == 1, lines[-10:]
+    run = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "run"][0]
+    assert (run["strategy"], run["num_replicas"], run["num_workers"]) == ("multi_worker", 2, 2)
+    # Only the chief writes: the run folder has its files, the other worker's folder is removed.
+    assert {"checkpoints", "tensorboard", "metrics.jsonl", "config.toml"} <= set(os.listdir(run_dir))
+    assert os.listdir(scratch) == []
+    assert_close(weights(one_device("float32")), weights(run_dir), "float32")
+
+
+def micro_batch_trainer(accumulation_steps, scaler=None):
+    keras.utils.set_random_seed(0)
+    model = poisoned_model()
+    optimizer = keras.optimizers.Adam(0.05)
+    optimizer.build(model.trainable_variables)
+    return Trainer(tf.distribute.get_strategy(), model, optimizer, squared_error, scaler, accumulation_steps=accumulation_steps)
+
+
+def rows(n, poisons=None):
+    """`n` regression rows with different inputs and targets (one batch)."""
+    x = np.linspace(-1, 1, 3 * n, dtype=np.float32).reshape(n, 3)
+    poison = np.ones(n, np.float32) if poisons is None else np.asarray(poisons, np.float32)
+    targets = np.linspace(0.5, 2.0, n, dtype=np.float32)
+    return {"x": x, "poison": poison}, targets, np.ones((n, 2), np.int32)
+
+
+def test_accumulating_k_micro_batches_equals_one_k_times_larger_batch():
+    features, targets, counts = rows(8)
+    big = tf.data.Dataset.from_tensors((features, targets, counts)).repeat()
+    small = tf.data.Dataset.from_tensor_slices((features, targets, counts)).batch(2).repeat()  # 4 micro-batches of 2
+    one = micro_batch_trainer(1)
+    accumulating = micro_batch_trainer(4)
+    totals_one = one.train(iter(big), 3)
+    totals_acc = accumulating.train(iter(small), 3)
+    for a, b in zip(one.model.trainable_variables, accumulating.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert int(accumulating.optimizer.iterations.numpy()) == 3 and int(accumulating.step.numpy()) == 3
+    assert totals_acc["loss_total"] == pytest.approx(totals_one["loss_total"], rel=1e-5)
+    assert list(totals_acc["tokens"]) == list(totals_one["tokens"]) == [24, 24]  # 8 rows x 3 steps
+
+
+def test_an_overflowing_micro_batch_skips_the_whole_accumulated_step():
+    features, targets, counts = rows(4, poisons=[1, 1, 1, float("inf")])
+    trainer = micro_batch_trainer(2, LossScaler(1024.0))
+    before = [v.numpy().copy() for v in trainer.model.trainable_variables]
+    totals = trainer.train(iter(tf.data.Dataset.from_tensor_slices((features, targets, counts)).batch(2)), 1)
+    assert int(totals["overflow_steps"]) == 1 and int(totals["applied_steps"]) == 0
+    assert trainer.loss_scale.scale.numpy() == 512.0 and int(trainer.optimizer.iterations.numpy()) == 0
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.model.trainable_variables))
+
+
+def test_fit_with_accumulation_counts_steps_as_updates(tiny):
+    run_dir = tiny / "accumulated"
+    amptrain.fit(str(tiny / "tiny.toml"), ["train.accumulation_steps=3", "train.steps=4", "train.checkpoint_every=2"],
+                 run_dir=str(run_dir))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    run = [r for r in records if r["kind"] == "run"][0]
+    # 96 examples in batches of 8: 12 batches an epoch, so 4 steps of 3 micro-batches.
+    assert run["accumulation_steps"] == 3 and run["total_steps"] == 4
+    assert [r["kind"] for r in records][-1] == "end" and records[-1]["step"] == 4
+
+
+def test_global_batch_must_split_evenly():
+    class ThreeReplicas:
+        num_replicas_in_sync = 3
+
+    with pytest.raises(ConfigError, match=r"train.batch_size: expected a multiple of the 3 replicas .* received 8; try 6 or 9"):
+        distribute.check_batch_size(8, ThreeReplicas())
+    distribute.check_batch_size(9, ThreeReplicas())
+
+
+def test_strategy_selection_and_its_errors(tiny):
+    from amptrain.config import load_config
+
+    def runtime(*overrides):
+        return load_config(tiny / "tiny.toml", list(overrides)).runtime
+
+    placement = distribute.select_strategy(runtime(), distribute.Cluster())
+    assert placement.name == "one_device" and placement.strategy.num_replicas_in_sync == 1
+    with pytest.raises(ConfigError, match="expected TF_CONFIG to name a cluster of 2 or more workers"):
+        distribute.select_strategy(runtime("runtime.strategy=multi_worker"), distribute.Cluster())
+    with pytest.raises(ConfigError, match="no TPU named or attached"):
+        distribute.select_strategy(runtime("runtime.strategy=tpu"), distribute.Cluster())
+    with pytest.raises(ConfigError, match=r"runtime.devices: /gpu:7 not found"):
+        distribute.select_strategy(runtime("runtime.strategy=mirrored", "runtime.devices=/gpu:7"), distribute.Cluster())
+    with pytest.raises(ConfigError, match="runtime.strategy: expected one of"):
+        runtime("runtime.strategy=horovod")
+
+
+def test_tf_config_names_this_worker():
+    spec = {"cluster": {"chief": ["a:1"], "worker": ["b:2", "c:3"]}, "task": {"type": "worker", "index": 1}}
+    cluster = distribute.Cluster.from_env({"TF_CONFIG": json.dumps(spec)})
+    assert (cluster.num_workers, cluster.index, cluster.is_chief) == (3, 2, False)
+    assert cluster.name(0) == "worker 0 (a:1)"
+    assert distribute.Cluster.from_env({}).is_chief and not distribute.Cluster.from_env({}).is_multi_worker
+    with pytest.raises(ConfigError, match="TF_CONFIG: expected JSON"):
+        distribute.Cluster.from_env({"TF_CONFIG": "{not json"})
+
+
+def test_a_lost_peer_is_named():
+    cluster = distribute.Cluster(2, 0, "worker", ("localhost:1000", "localhost:1001"))
+    # The message TensorFlow 2.21 gave here when worker 1 was killed between collectives.
+    error = tf.errors.UnavailableError(
+        None, None, "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
+        "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed."
+    )
+    message = distribute.explain_lost_peer(error, cluster)
+    assert message.startswith("worker 0 (localhost:1000) of 2: lost worker 1 (localhost:1001): it stopped sending heartbeats")
+    assert distribute.explain_lost_peer(ValueError("x"), cluster) is None
+    assert distribute.explain_lost_peer(error, distribute.Cluster()) is None
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
+    """Kill worker 1 mid-run: worker 0 stops by itself, naming it, within 60 s; the same
+    launch again resumes from the chief's last checkpoint and ends at the same step."""
+    run_dir = tiny / "killed"
+    args = ["launch", "--workers", "2", str(tiny / "tiny.toml"), "--run-dir", str(run_dir),
+            "--set", "train.steps=96", "--set", "train.checkpoint_every=8", "--set", "train.log_every=8"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    launcher = subprocess.Popen([sys.executable, "-m", "amptrain", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.time() + 300
+        while not any(r.get("kind") == "train" and r["step"] >= 16 for r in read_metrics(metrics)):
+            assert time.time() < deadline and launcher.poll() is None, "the run did not get to step 16"
+            time.sleep(0.5)
+        worker_1 = [pid for pid in _children(launcher.pid) if '"index": 1' in _environ(pid).get("TF_CONFIG", "")]
+        assert len(worker_1) == 1
+        os.kill(worker_1[0], signal.SIGKILL)
+        killed = time.time()
+        output, _ = launcher.communicate(timeout=120)
+        # The launcher ends when worker 0 does: it stopped by itself, it was not stopped for it.
+        assert time.time() - killed < 60
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    assert "[worker 0] amptrain: training stopped: worker 0" in output and "lost worker 1 (localhost:" in output, output[-3000:]
+    assert "[launch] stopping the remaining workers" not in output
+    last_checkpoint = int(tf.train.latest_checkpoint(run_dir / "checkpoints").rsplit("-", 1)[1])
+
+    again = amptrain_cli(args)
+    assert again.returncode == 0, again.stdout[-3000:]
+    records = read_metrics(run_dir / "metrics.jsonl")
+    runs = [r for r in records if r["kind"] == "run"]
+    assert runs[-1]["resumed_from_step"] == last_checkpoint >= 16
+    assert records[-1] == {"kind": "end", "step": 96}
+    steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert steps == sorted(set(steps)) and steps[-1] == 96  # no step logged twice
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(child) for child in f.read().split()]
+
+
+def _environ(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(item.decode(errors="replace").split("=", 1) for item in f.read().split(b"\0") if b"=" in item)
