@@ -28,7 +28,7 @@ import time
 
 def build(config_path, overrides):
     from amptrain import config as config_lib
-    from amptrain.api import _seed
+    from amptrain.api import seed
     from amptrain.tasks import TASKS
 
     config = config_lib.load_config(config_path, overrides)
@@ -37,7 +37,7 @@ def build(config_path, overrides):
     scratch = tempfile.mkdtemp()
     task = TASKS[config.task](config, scratch)
     task.prepare(("train",))
-    _seed(config)
+    seed(config)
     return config, task
 
 
