@@ -132,9 +132,9 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
         metrics = _final_test(job, trainer, checkpoints, log, scalars)
     finally:
         scalars.close()
-    logger.info(
-        f"{cluster.name() + ': ' if cluster.is_multi_worker else ''}final weights {weights_fingerprint(job.model)} (step {int(trainer.step.numpy())})", extra=EVERY_WORKER
-    )
+    who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
+    step = int(trainer.step.numpy())
+    logger.info(f"{who}final weights {weights_fingerprint(job.model)} (step {step})", extra=EVERY_WORKER)
     return metrics
 
 
