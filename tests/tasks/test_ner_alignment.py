@@ -126,3 +126,22 @@ def test_word_shapes_by_hand():
     # [CLS] gets 0; every piece of a word gets the word's shape; the first word is marked as the start.
     shapes = piece_shapes(["Empire", "State", "x"], ids=[2, 10, 11, 12, 13], firsts=[1, 3, 4])
     assert list(shapes) == [0, word_shape("Empire", True), word_shape("Empire", True), word_shape("State", False), word_shape("x", False)]
+
+
+def test_capitalised_words_carry_how_often_training_saw_them_lower_case(tmp_path):
+    import json
+
+    from amptrain.tasks.ner import LOWERCASE_WORDS_FILE, NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
+
+    counts = {"the": 7, "storm": 1}
+    # never seen lower-case: 0; 1 to 4 times: 1; 5 or more: 2; a word without capitals: 0
+    assert [case_bucket(w, counts) for w in ["Empire", "Storm", "The", "THE", "storm", "2017"]] == [0, 1, 2, 2, 0, 0]
+    assert case_bucket("The", None) == 0
+    # the bucket moves the shape id by 18 (2 * 9 shapes) a step; the table holds the largest id
+    shapes = piece_shapes(["The", "Storm", "Empire"], ids=[2, 10, 11, 12], firsts=[1, 2, 3], lowercase_counts=counts)
+    assert list(shapes) == [0, word_shape("The", True) + 36, word_shape("Storm", False) + 18, word_shape("Empire", False)]
+    assert 1 + 2 * len(SHAPES) * 3 <= NUM_SHAPES and NUM_SHAPES % 8 == 0
+    # learned from the training split's lower-case words (with a letter), saved in the run folder
+    task, _ = make_task(tmp_path)
+    assert task.lowercase_counts == {"@bob": 1, "storm": 1}
+    assert json.loads((tmp_path / "run" / LOWERCASE_WORDS_FILE).read_text(encoding="utf-8")) == {"@bob": 1, "storm": 1}
