@@ -42,7 +42,7 @@ characters) added to the piece's embedding: suffixes, inner capitals, digits, @ 
 words the vocabulary cuts into small pieces. On top of the case buckets it lifted test
 entity F1 from 0.222 / 0.217 to 0.232 / 0.236 (seeds 0 / 1; seeds 2 and 3: 0.224,
 0.227), at a cost in tokens/s; on its own, without the buckets, one seed scored 0.154,
-below the shapes-only 0.187. Nearly all of it is `person` (F1 0.32 to 0.35; the other
+below the shapes-only 0.187. Nearly all of it is `person` (F1 0.31 to 0.35; the other
 five types score 0 on test in most runs): WNUT's test entities are new names, and the model types nearly every new
 name it finds as a person. Runs are not bit-reproducible and dev F1, which picks the
 checkpoint, jumps from one evaluation to the next: reruns of seeds 0 and 1 scored 0.183
