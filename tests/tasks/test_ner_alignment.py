@@ -126,3 +126,54 @@ def test_word_shapes_by_hand():
     # [CLS] gets 0; every piece of a word gets the word's shape; the first word is marked as the start.
     shapes = piece_shapes(["Empire", "State", "x"], ids=[2, 10, 11, 12, 13], firsts=[1, 3, 4])
     assert list(shapes) == [0, word_shape("Empire", True), word_shape("Empire", True), word_shape("State", False), word_shape("x", False)]
+
+
+def test_word_characters_by_hand():
+    from amptrain.tasks.ner import CHARS_PER_WORD, NUM_CHARS, char_id, piece_chars, word_chars
+
+    # printable ASCII is ord - 30; 1 and 2 mark the word's start and end; 0 pads
+    assert word_chars("Bob").tolist() == [1, 36, 81, 68, 2] + [0] * 15
+    assert word_chars("@x1", size=8).tolist() == [1, 34, 90, 19, 2, 0, 0, 0]
+    # é is e; other letters and digits by class; an emoji is "anything else"
+    assert [char_id(c) for c in "éÉλΛ中٣😀"] == [71, 39, 98, 97, 99, 100, 101]
+    assert max(char_id(chr(c)) for c in range(0x2FFFF)) < NUM_CHARS and NUM_CHARS % 8 == 0
+    # a long word keeps its first and last 9 characters
+    long = word_chars("abcdefghij_KLMNOPQRS")
+    assert len(long) == CHARS_PER_WORD and long.tolist() == [1, *(ord(c) - 30 for c in "abcdefghiKLMNOPQRS"), 2]
+    # every piece carries its word's characters; [CLS] none
+    chars = piece_chars(["Em", "x"], ids=[2, 10, 11, 12], firsts=[1, 3])
+    assert chars.shape == (4, CHARS_PER_WORD)
+    assert chars[0].tolist() == [0] * 20 and chars[1].tolist() == chars[2].tolist() == word_chars("Em").tolist()
+    assert chars[3].tolist() == word_chars("x").tolist()
+
+
+def test_batches_carry_each_piece_characters(tmp_path):
+    from amptrain.tasks.ner import word_chars
+
+    task, _ = make_task(tmp_path)
+    features, _, _ = task._batch_builder(task.splits["train"])(np.array([1, -1]), 8)
+    assert features["char_ids"].shape == (2, 8, 20)
+    # [CLS] @ bob [UNK] storm: "@bob" on its two pieces, then the zero-width space, then "storm"
+    rows = features["char_ids"][0].tolist()
+    assert rows[1] == rows[2] == word_chars("@bob").tolist() and rows[3] == word_chars("\u200b").tolist()
+    assert rows[4] == word_chars("storm").tolist() and rows[0] == rows[5] == [0] * 20
+    assert not features["char_ids"][1].any()
+
+
+def test_capitalised_words_carry_how_often_training_saw_them_lower_case(tmp_path):
+    import json
+
+    from amptrain.tasks.ner import LOWERCASE_WORDS_FILE, NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
+
+    counts = {"the": 7, "storm": 1}
+    # never seen lower-case: 0; 1 to 4 times: 1; 5 or more: 2; a word without capitals: 0
+    assert [case_bucket(w, counts) for w in ["Empire", "Storm", "The", "THE", "storm", "2017"]] == [0, 1, 2, 2, 0, 0]
+    assert case_bucket("The", None) == 0
+    # the bucket moves the shape id by 18 (2 * 9 shapes) a step; the table holds the largest id
+    shapes = piece_shapes(["The", "Storm", "Empire"], ids=[2, 10, 11, 12], firsts=[1, 2, 3], lowercase_counts=counts)
+    assert list(shapes) == [0, word_shape("The", True) + 36, word_shape("Storm", False) + 18, word_shape("Empire", False)]
+    assert 1 + 2 * len(SHAPES) * 3 <= NUM_SHAPES and NUM_SHAPES % 8 == 0
+    # learned from the training split's lower-case words (with a letter), saved in the run folder
+    task, _ = make_task(tmp_path)
+    assert task.lowercase_counts == {"@bob": 1, "storm": 1}
+    assert json.loads((tmp_path / "run" / LOWERCASE_WORDS_FILE).read_text(encoding="utf-8")) == {"@bob": 1, "storm": 1}

@@ -5,16 +5,21 @@ import keras
 from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
 
 
-def encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=None):
+def encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=None,
+           extra_embeddings=()):
     """Applies the encoder to symbolic inputs; returns (batch, length, hidden) states.
 
     `extra_ids` = (ids of the same shape as `token_ids`, how many): a second per-piece
-    feature (the tagger's word shapes), embedded and added to the piece embeddings."""
+    feature (the tagger's word shapes), embedded and added to the piece embeddings.
+    `extra_embeddings`: (batch, length, hidden) tensors added to them too (the tagger's
+    character-level word vectors)."""
     c = model_config
     x = TokenAndPositionEmbedding(vocabulary_size, max_length, c.hidden_dim, dtype=dtype, name="embedding")(token_ids)
     if extra_ids is not None:
         ids, count = extra_ids
         x = x + keras.layers.Embedding(count, c.hidden_dim, dtype=dtype, name="extra_embedding")(ids)
+    for extra in extra_embeddings:
+        x = x + extra
     x = keras.layers.Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
     for i in range(c.num_layers):
         block = EncoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}")
