@@ -68,37 +68,36 @@ def measure_keras(config, task, steps):
 
 
 def measure_engine(config, task, steps):
-    import tensorflow as tf
+    """Seconds and real tokens of `steps` steps after the warm-up, counted by the
+    trainer (`trainer.step`, the tokens totals): a graph call may run fewer steps than
+    asked (it stops early when the loss scale is at its floor)."""
+    from amptrain.bench.worker import build_trainer
 
-    from amptrain.engine.optimizer import build_optimizer
-    from amptrain.engine.trainer import Trainer
-    from amptrain.precision.loss_scale import build_scaler
-
-    policy = config.precision.policy
-    strategy = tf.distribute.get_strategy()
-    model = task.build_model(policy)
-    optimizer, _ = build_optimizer(config.train, total_steps=10**6)
-    optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, model, optimizer, task.loss_fn, build_scaler(config.precision, policy),
-                      config.runtime.jit_compile, config.train.clip_norm)
+    _, _, trainer, _ = build_trainer(config, task=task)
     spe = config.runtime.steps_per_execution
     iterator = iter(task.train_dataset(0))
     trainer.train(iterator, spe)  # trace, compile
+    first = int(trainer.step.numpy())
     started = time.perf_counter()
-    done = 0
-    while done < steps:
-        n = min(spe, steps - done)
-        trainer.train(iterator, n)
-        done += n
-    return time.perf_counter() - started
+    tokens = 0
+    while int(trainer.step.numpy()) - first < steps:
+        totals = trainer.train(iterator, min(spe, steps - (int(trainer.step.numpy()) - first)))
+        tokens += int(totals["tokens"][0])
+        if totals["stop"]:
+            raise SystemExit(f"engine_vs_keras_fit.py: training stopped (reason {int(totals['stop'])}) "
+                             f"after {int(trainer.step.numpy()) - first} timed steps")
+    return time.perf_counter() - started, tokens
 
 
 def child(args):
     overrides = [*args.set, f"precision.policy={args.precision}", f"runtime.jit_compile={args.jit == 'on'}".lower(),
                  f"runtime.steps_per_execution={args.steps_per_execution}", "train.clip_norm=0"]
     config, task = build(args.config, overrides)
-    seconds = (measure_keras if args.child == "keras" else measure_engine)(config, task, args.steps)
-    tokens = real_tokens(task, config.runtime.steps_per_execution, args.steps)
+    if args.child == "keras":
+        seconds = measure_keras(config, task, args.steps)
+        tokens = real_tokens(task, config.runtime.steps_per_execution, args.steps)
+    else:
+        seconds, tokens = measure_engine(config, task, args.steps)
     print(json.dumps({"side": args.child, "seconds": seconds, "real_tokens_per_second": tokens / seconds}))
 
 

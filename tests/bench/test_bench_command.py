@@ -89,3 +89,28 @@ def test_max_batch_doubles_then_bisects(monkeypatch):
     assert list(tried) == [8, 16, 32, 64, 128, 96, 112, 104]
     nothing, _ = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**20, start=8, progress=lambda _: None)
     assert nothing is None
+
+
+def test_max_batch_bisection_stops_at_a_sixteenth_of_the_batch(monkeypatch):
+    # 1 MiB a row under a 1000 MiB limit: 8 ... 512 fit, 1024 does not; bisection tries
+    # 768, 896, 960 (all fit), then 992 (fits: 1024 - 960 = 64 rows is more than 960 / 16 = 60);
+    # 1024 - 992 = 32 rows is within 992 / 16, so the search stops at 992 (the exact answer is 1000).
+    from amptrain.bench import runner
+
+    monkeypatch.setattr(runner, "run_worker", lambda spec: {"peak_memory_bytes": dict(spec["overrides"])["train.batch_size"] * 2**20})
+    largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 1000 * 2**20, start=8, progress=lambda _: None)
+    assert largest == 992
+    assert list(tried) == [8, 16, 32, 64, 128, 256, 512, 1024, 768, 896, 960, 992]
+
+
+def test_max_batch_reports_why_a_trial_failed(monkeypatch):
+    from amptrain.bench import runner
+
+    def failing_worker(spec):
+        raise RuntimeError("benchmark worker failed (combination, exit 1):\nValueError: something broke")
+
+    monkeypatch.setattr(runner, "run_worker", failing_worker)
+    lines = []
+    largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**30, start=32, progress=lines.append)
+    assert largest is None and tried == {32: None}
+    assert lines == ["  float32: batch 32 failed (ValueError: something broke) does not fit"]

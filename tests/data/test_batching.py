@@ -49,3 +49,20 @@ def test_the_longest_length_gets_its_own_boundary_below_max_length():
     assert len(bucket_boundaries(lengths, max_length=256, num_buckets=6)) <= 6
     assert bucket_boundaries(lengths, max_length=256, num_buckets=2) == [88, 256]
     assert bucket_boundaries(lengths, max_length=256, num_buckets=1) == [256]
+
+
+def test_boundaries_minimise_padded_tokens_where_quantiles_collapse():
+    # Slots of 8: (0, 8] holds 3 and 5, (8, 16] holds 9..12, (16, 24] none, (24, 32] holds 30.
+    lengths = [3, 5, 9, 10, 11, 12, 30]
+    # Two buckets, rows padded one by one (batch_size 1): [32] pads to 7 * 32 = 224 tokens,
+    # [8, 32] to 2 * 8 + 5 * 32 = 176, [16, 32] to 6 * 16 + 32 = 128, [24, 32] to 176.
+    assert bucket_boundaries(lengths, max_length=32, num_buckets=2) == [16, 32]
+    # Three: [8, 16, 32] pads to 2 * 8 + 4 * 16 + 32 = 112 (the 1/3 and 2/3 quantiles,
+    # 9 and 11.3, both round up to 16 and would have left one bucket unused).
+    assert bucket_boundaries(lengths, max_length=32, num_buckets=3) == [8, 16, 32]
+    # The empty (16, 24] slot never earns a boundary, however many are allowed.
+    assert bucket_boundaries(lengths, max_length=32, num_buckets=8) == [8, 16, 32]
+    # Batches of 4 rows pad each bucket's last batch: [16, 32] costs 2 * 4 * 16 + 1 * 4 * 32
+    # = 256, as much as [32] alone (2 * 4 * 32); a tie goes to fewer shapes.
+    assert bucket_boundaries(lengths, max_length=32, num_buckets=2, batch_size=4) == [32]
+    assert bucket_boundaries(lengths, max_length=32, num_buckets=3, batch_size=4) == [8, 16, 32]  # 32 + 64 + 128

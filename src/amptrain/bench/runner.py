@@ -142,10 +142,14 @@ def parse_memory(text):
         raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
 
 
-def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=3):
+def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=1,
+                   resolution=1 / 16):
     """The largest batch (a multiple of 8) whose run fits: the worker succeeds and, on a
     CPU, its peak resident memory stays under `memory_limit`. Doubling from `start`, then
-    bisection. Returns (largest fitting batch or None, {batch: peak bytes or None})."""
+    bisection down to 8 rows or `resolution` of the batch, whichever is coarser (each
+    trial compiles and runs a few steps at that batch: at thousands of rows on a CPU a
+    trial takes minutes; one timed step after the first call is enough, as the first
+    step sets the peak). Returns (largest fitting batch or None, {batch: peak bytes or None})."""
     tried = {}
 
     def fits(batch):
@@ -155,11 +159,13 @@ def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, st
                 "steps": steps, "repeats": 1, "data": "synthetic"}
         try:
             peak = run_worker(spec)["peak_memory_bytes"]
-        except RuntimeError:  # out of memory on a device, or killed
-            peak = None
+            why = ""
+        except RuntimeError as error:  # out of memory on a device, or killed
+            peak, why = None, " (" + str(error).strip().splitlines()[-1][:200] + ")"
         tried[batch] = peak
         ok = peak is not None and (memory_limit is None or peak <= memory_limit)
-        progress(f"  {precision}: batch {batch} " + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed") + (" fits" if ok else " does not fit"))
+        progress(f"  {precision}: batch {batch} " + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed" + why)
+                 + (" fits" if ok else " does not fit"))
         return ok
 
     low, high = None, max(8, start - start % 8)
@@ -169,7 +175,7 @@ def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, st
             return low, tried
     if low is None:
         return None, tried
-    while high - low > 8:
+    while high - low > max(8, low * resolution):
         middle = (low + high) // 2 // 8 * 8
         if fits(middle):
             low = middle

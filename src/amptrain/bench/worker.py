@@ -8,11 +8,11 @@ Prints one JSON line (the last line of its output) with the measurements. The ru
 
 A combination is timed the way the engine trains: the same task data, model, optimizer,
 loss scaler and `Trainer`, `steps_per_execution` steps a graph call. The first call
-(tracing, XLA compilation, the first steps) is timed apart as `compile_seconds`; then
-the warm-up goes on to `warmup_steps` (default 48 with real data: with length buckets,
-XLA compiles once per batch shape, and 48 shuffled batches meet each of 6 buckets with
-probability > 99.9%); then `repeats` runs of `steps` steps, each call synchronised by
-reading its totals back.
+(tracing, XLA compilation, the first steps) is timed apart as `compile_seconds`; then,
+with real data, one step of each bucket's shape (XLA compiles once per batch shape, and
+the rarest bucket may have one batch an epoch); the warm-up goes on to `warmup_steps`
+(default 48 with real data); then `repeats` runs of `steps` steps, each call
+synchronised by reading its totals back, the steps counted by `trainer.step`.
 """
 
 import json
@@ -26,37 +26,52 @@ import numpy as np
 from amptrain import config as config_lib
 
 
-def measure_combination(spec):
-    import tensorflow as tf
-
+def build_trainer(config, strategy=None, task=None):
+    """(task, model, trainer, policy) for `config`, built the way `amptrain fit` builds
+    them: the task's training data (or `task`, prepared already) and model, AdamW, the
+    precision's loss scaler, the `Trainer`. The benchmarks share this, so they time what
+    the engine runs."""
     from amptrain import distribute
     from amptrain.api import seed
-    from amptrain.bench.flops import training_flops_per_token
     from amptrain.engine.optimizer import build_optimizer
     from amptrain.engine.trainer import Trainer
     from amptrain.precision.loss_scale import build_scaler
     from amptrain.precision.policy import select_policy
     from amptrain.tasks import TASKS
 
-    config = config_lib.load_config(spec["config"], spec["overrides"])
-    with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
-        task = TASKS[config.task](config, scratch)
-        task.prepare(("train",))
+    if task is None:
+        with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
+            task = TASKS[config.task](config, scratch)
+            task.prepare(("train",))
     seed(config)
     policy, _ = select_policy(config.precision.policy)
-    strategy = distribute.select_strategy(config.runtime).strategy
+    strategy = strategy or distribute.select_strategy(config.runtime).strategy
     with strategy.scope():
         model = task.build_model(policy)
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
         trainer = Trainer(strategy, model, optimizer, task.loss_fn, scaler, config.runtime.jit_compile, config.train.clip_norm)
+    return task, model, trainer, policy
+
+
+def measure_combination(spec):
+    import tensorflow as tf
+
+    from amptrain.bench.flops import training_flops_per_token
+
+    config = config_lib.load_config(spec["config"], spec["overrides"])
+    task, model, trainer, policy = build_trainer(config)
+    strategy = trainer.strategy
     dataset = task.train_dataset(0) if spec["data"] == "real" else _one_batch_repeated(task.train_dataset(0))
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     spe = config.runtime.steps_per_execution
     warmup = spec.get("warmup_steps") or (max(spe, 48) if spec["data"] == "real" else spe)
-    timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"])
-    batches = spec["steps"] * spec["repeats"]
+    shapes = None
+    if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
+        shapes = (iter(strategy.experimental_distribute_dataset(_one_batch_per_shape(task))), len(task.boundaries))
+    timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
+    batches = max(timing["steps_run"], 1)
     mean_length = timing["padded_tokens"] / (batches * config.train.batch_size)
     return {
         **timing,
@@ -70,30 +85,43 @@ def measure_combination(spec):
     }
 
 
-def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, repeats):
+def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, repeats, shapes=None):
+    """Times `repeats` runs of `steps` steps. Steps are counted by `trainer.step`, not
+    assumed: a graph call that stops early (the loss scale at its floor) ran fewer, and
+    the timing then ends there, counting the steps that ran (`steps_run`, `stopped`)."""
     started = time.perf_counter()
     trainer.train(iterator, steps_per_execution)
     compile_seconds = time.perf_counter() - started
+    if shapes:  # (iterator, count): one step of each shape
+        for _ in range(shapes[1]):
+            trainer.train(shapes[0], 1)
     for _ in range(steps_per_execution, warmup_steps, steps_per_execution):
         trainer.train(iterator, steps_per_execution)
     warmup_seconds = time.perf_counter() - started
-    step_times, seconds, tokens = [], 0.0, np.zeros(2, np.int64)
+    step_times, seconds, tokens, steps_run, stopped = [], 0.0, np.zeros(2, np.int64), 0, 0
     for _ in range(repeats):
         done = 0
         started = time.perf_counter()
-        while done < steps:
+        while done < steps and not stopped:
             n = min(steps_per_execution, steps - done)
+            before = int(trainer.step.numpy())
             call_started = time.perf_counter()
             totals = trainer.train(iterator, n)  # returns numpy: the call has finished
-            step_times += [(time.perf_counter() - call_started) / n] * n
+            ran = int(trainer.step.numpy()) - before
+            if ran:
+                step_times += [(time.perf_counter() - call_started) / ran] * ran
             tokens += totals["tokens"]
-            done += n
+            done += ran
+            stopped = int(totals["stop"])
         seconds += time.perf_counter() - started
-    p10, p50, p90 = np.percentile(step_times, [10, 50, 90])
+        steps_run += done
+    p10, p50, p90 = np.percentile(step_times, [10, 50, 90]) if step_times else (float("nan"),) * 3
     return {
         "compile_seconds": compile_seconds,
         "warmup_seconds": warmup_seconds,
         "seconds": seconds,
+        "steps_run": steps_run,
+        "stopped": stopped,
         "real_tokens": int(tokens[0]),
         "padded_tokens": int(tokens[1]),
         "real_tokens_per_second": tokens[0] / seconds,
@@ -102,6 +130,27 @@ def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, rep
         "step_time_p50": p50,
         "step_time_p90": p90,
     }
+
+
+def _one_batch_per_shape(task):
+    """The first training batch of each padded length (bucket) in the plan, in that
+    order: a warm-up that makes XLA compile every shape a timed step can meet. (The rare
+    shortest bucket may have one batch an epoch, which 48 shuffled steps would miss.)"""
+    from amptrain.data.pipeline import plan_dataset
+
+    split = task.splits["train"]
+    plan = task._plan(split, shuffle=True)
+    first = {}
+    for step in range(plan.steps_per_epoch):
+        first.setdefault(plan.batch(step)[1], step)
+
+    class Picked:
+        steps = sorted(first.values())
+
+        def batch(self, index):
+            return plan.batch(self.steps[index % len(self.steps)])
+
+    return plan_dataset(Picked(), task._batch_builder(split), task.signature())
 
 
 def _one_batch_repeated(dataset, look_at=32):

@@ -87,7 +87,7 @@ class TextTask:
 
     def _boundaries(self, lengths):
         d = self.config.data
-        return bucket_boundaries(lengths, d.max_length, d.num_buckets) if d.bucketing else [round_up(d.max_length)]
+        return bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size) if d.bucketing else [round_up(d.max_length)]
 
     def _plan(self, split, shuffle):
         return BatchPlan(split.lengths, self.config.train.batch_size, self.boundaries, self.config.runtime.seed, shuffle)
