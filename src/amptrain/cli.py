@@ -43,11 +43,7 @@ def _parser():
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     fit = commands.add_parser("fit", help="train (or resume) a run, then score its test split")
-    fit.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
-    fit.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                     help="override a config value (repeatable); the value is read as TOML, else as a string")
-    fit.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
-    fit.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
+    _add_run_options(fit)
     fit.set_defaults(run=_fit)
 
     evaluate = commands.add_parser("eval", help="score a split with a run's best checkpoint")
@@ -81,11 +77,7 @@ def _parser():
         help="a multi-worker run on this machine: N `fit` processes over localhost (worker 0 writes the run folder)",
     )
     launch.add_argument("--workers", type=int, required=True, help="how many worker processes (2 or more)")
-    launch.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
-    launch.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable), as for fit")
-    launch.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
-    launch.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
+    _add_run_options(launch)  # the same as fit's: each worker runs `fit` with them
     launch.set_defaults(run=_launch)
 
     bench = commands.add_parser("bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups")
@@ -106,6 +98,15 @@ def _parser():
     bench.add_argument("--memory-limit", help="for --max-batch on a CPU: the peak resident memory allowed, e.g. 8GiB")
     bench.set_defaults(run=_bench)
     return parser
+
+
+def _add_run_options(command):
+    """The options of a command that trains a config into a run folder (fit, launch)."""
+    command.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                         help="override a config value (repeatable); the value is read as TOML, else as a string")
+    command.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
+    command.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
 
 
 def _fit(args):

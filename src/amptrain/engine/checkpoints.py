@@ -63,8 +63,7 @@ class Checkpoints:
         return int(self.step.numpy())
 
     def latest_path(self):
-        if self.source == self.directory:
-            return self.manager.latest_checkpoint
+        """The newest checkpoint where restores read from (None when there is none)."""
         return tf.train.latest_checkpoint(self.source)
 
     def save(self):
@@ -84,10 +83,7 @@ class Checkpoints:
 
     def restore_best(self):
         """Restores the best checkpoint (by the dev metric); falls back to the latest."""
-        if self.source == self.directory:
-            path = self.best_manager.latest_checkpoint or self.manager.latest_checkpoint
-        else:
-            path = tf.train.latest_checkpoint(os.path.join(self.source, "best")) or self.latest_path()
+        path = tf.train.latest_checkpoint(os.path.join(self.source, "best")) or self.latest_path()
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         self.checkpoint.restore(path).expect_partial()
