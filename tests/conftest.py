@@ -99,3 +99,53 @@ def tiny_ner(tmp_path_factory, wnut_sentences):
     write_conll(tmp_path / "dev.conll", wnut_sentences[64:88])
     (tmp_path / "tiny.toml").write_text(TINY_NER_CONFIG.replace("{dir}", str(tmp_path)))
     return tmp_path
+
+
+EN_ES = os.path.join(ROOT, "data", "translate-en-es")
+
+TINY_TRANSLATION_CONFIG = """
+task = "translation"
+[data]
+train = "{dir}/train.tsv"
+dev = "{dir}/dev.tsv"
+test = "{dir}/test.tsv"
+vocabulary_size = 300
+max_length = 40
+num_buckets = 2
+tokens_per_batch = 320
+[model]
+num_layers = 1
+num_decoder_layers = 1
+hidden_dim = 16
+num_heads = 2
+intermediate_dim = 32
+dropout = 0.0
+[train]
+steps = 8
+learning_rate = 3e-3
+warmup_steps = 0
+decay = "constant"
+label_smoothing = 0.1
+log_every = 4
+eval_every = 4
+checkpoint_every = 4
+[decode]
+beam_size = 3
+max_length = 12
+dev_sentences = 8
+batch_size = 8
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_translation(tmp_path_factory):
+    """A folder (one a test module) with 96 train, 16 dev and 12 test pairs of the bundled
+    en-es data and `tiny.toml`."""
+    tmp_path = tmp_path_factory.mktemp("translation")
+    with open(os.path.join(EN_ES, "train.tsv"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    (tmp_path / "train.tsv").write_text("\n".join(lines[:96]) + "\n", encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("\n".join(lines[96:112]) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("\n".join(lines[112:124]) + "\n", encoding="utf-8")
+    (tmp_path / "tiny.toml").write_text(TINY_TRANSLATION_CONFIG.replace("{dir}", str(tmp_path)))
+    return tmp_path

@@ -50,6 +50,7 @@ def _fit(config, run_dir, write_dir, cluster):
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
     task = TASKS[config.task](config, run_dir)
+    task.during_fit = True
     distribute.configure_devices(config.runtime)
     if cluster.is_multi_worker:
         # The strategy must exist before TensorFlow runs anything (it sets up the
@@ -185,10 +186,16 @@ def evaluate(run_dir, split="test", data=None):
     return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
 
 
-def predict(run_dir, texts):
-    """Labels and class probabilities for each text, with the run's best checkpoint."""
+def predict(run_dir, texts, skip_blank=False):
+    """One record a text with the run's best checkpoint: the label and class probabilities
+    (classification), the tags and entities (ner), the translation (translation).
+    `skip_blank` (lines of a file): blank texts are left out, except by translation,
+    which translates a blank line to a blank line."""
     task, predict_fn, _ = load_run(run_dir, ())
-    return task.predict_texts(predict_fn, list(texts))
+    texts = list(texts)
+    if skip_blank and not task.keeps_blank_lines:
+        texts = [t for t in texts if t.strip()]
+    return task.predict_texts(predict_fn, texts)
 
 
 def audit(config_path, overrides=(), policy=None):

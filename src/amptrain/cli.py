@@ -52,11 +52,15 @@ def _parser():
     evaluate.add_argument("--data", help="score this labelled file instead of a split of the config")
     evaluate.set_defaults(run=_eval)
 
-    predict = commands.add_parser("predict", help="label texts with a run's best checkpoint (JSON lines out)")
+    predict = commands.add_parser(
+        "predict", help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
+        "translation: one translated line a line)")
     predict.add_argument("run_dir")
     source = predict.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", action="append", help="a text to label (repeatable)")
+    source.add_argument("--text", action="append", help="a text (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
+    predict.add_argument("--json", action="store_true", help="translation: JSON lines ({text, translation}) "
+                         "instead of the translated text alone")
     predict.set_defaults(run=_predict)
 
     audit = commands.add_parser(
@@ -131,11 +135,14 @@ def _predict(args):
     if args.input:
         try:
             with open(args.input, encoding="utf-8") as f:
-                texts = [line.rstrip("\n") for line in f if line.strip()]
+                texts = [line.rstrip("\r\n") for line in f]
         except OSError as error:
             raise UserError(f"{args.input}: {error.strerror}") from None
-    for record in api.predict(args.run_dir, texts):
-        print(json.dumps(record, ensure_ascii=False))
+    for record in api.predict(args.run_dir, texts, skip_blank=bool(args.input)):
+        if "translation" in record and not args.json:
+            print(record["translation"])  # line i out for line i in
+        else:
+            print(json.dumps(record, ensure_ascii=False))
     return 0
 
 

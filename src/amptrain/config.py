@@ -22,9 +22,15 @@ from amptrain.errors import ConfigError
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-TASK_NAMES = ("classification", "ner")
+TASK_NAMES = ("classification", "ner", "translation")
 # The file formats each task reads ("auto": from the file's extension).
-TASK_FORMATS = {"classification": ("auto", "csv", "tsv", "jsonl"), "ner": ("auto", "conll")}
+TASK_FORMATS = {
+    "classification": ("auto", "csv", "tsv", "jsonl"),
+    "ner": ("auto", "conll"),
+    # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
+    # (target), aligned line by line; auto: parallel when data.train_target is set
+    "translation": ("auto", "tsv", "parallel"),
+}
 LOSS_SCALES = ("auto", "dynamic", "none")
 ON_NONFINITE = ("stop", "skip", "restore")
 
@@ -34,15 +40,23 @@ class DataConfig:
     train: str = ""
     dev: str = ""
     test: str = ""
-    format: str = "auto"  # csv | tsv | jsonl (classification), conll (ner) | auto (from the file's extension)
+    format: str = "auto"  # csv | tsv | jsonl (classification), conll (ner), tsv | parallel (translation) | auto
+    # translation from two aligned files: the target side of each split (data.train is then the source)
+    train_target: str = ""
+    dev_target: str = ""
+    test_target: str = ""
     text_column: str = "text"
     label_column: str = "label"
     vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
     vocabulary_size: int = 8000
-    lowercase: Optional[bool] = None  # None: the task's default (classification lowercases, ner keeps case)
-    max_length: int = 128
+    lowercase: Optional[bool] = None  # None: the task's default (classification lowercases, ner and translation keep case)
+    shared_vocabulary: bool = True  # translation: one vocabulary for both sides (else one a side)
+    max_length: int = 128  # pieces a side (translation: the target's start and end pieces included)
     bucketing: bool = True
     num_buckets: int = 6
+    # > 0: batches of as many rows as fit this many padded tokens (rows x padded length;
+    # translation: of the longer side), a multiple of 8 rows, instead of train.batch_size rows
+    tokens_per_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,19 @@ class ModelConfig:
     num_heads: int = 4
     intermediate_dim: int = 128
     dropout: float = 0.1
+    num_decoder_layers: int = 0  # translation: 0 means model.num_layers
+    tie_embeddings: bool = True  # translation: the output projection is the target embedding
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Translation: how the model writes its output."""
+
+    beam_size: int = 4  # the test split and `predict`; dev evaluation during training is greedy
+    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + length) / 6) ** alpha
+    max_length: int = 0  # output pieces at most; 0 means data.max_length
+    dev_sentences: int = 200  # dev pairs decoded (greedy) at each evaluation; 0: all
+    batch_size: int = 64  # sentences decoded at once
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,7 @@ class TrainConfig:
     decay: str = "cosine"  # cosine | linear | constant
     clip_norm: float = 1.0  # 0 turns clipping off
     outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)
+    label_smoothing: float = 0.0  # translation: the probability spread evenly over the vocabulary
     log_every: int = 25
     eval_every: int = 0  # 0: once an epoch
     checkpoint_every: int = 100
@@ -120,6 +148,7 @@ class Config:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "task"}
@@ -128,7 +157,8 @@ RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
 # Keys that only say where a run trains: the update does not depend on the replica count,
 # so a run may resume on other devices or another number of workers.
 PLACEMENT_KEYS = ("runtime.strategy", "runtime.devices", "runtime.cpu_replicas", "runtime.tpu", "runtime.collective_timeout")
-PATH_KEYS = ("data.train", "data.dev", "data.test", "data.vocabulary")
+PATH_KEYS = ("data.train", "data.dev", "data.test", "data.vocabulary", "data.train_target", "data.dev_target",
+             "data.test_target")
 
 
 def load_config(path, overrides=(), base_dir=None):
@@ -255,6 +285,19 @@ def validate(config):
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
+    require(d.tokens_per_batch >= 0, "data.tokens_per_batch", "an integer >= 0 (0: train.batch_size rows)",
+            d.tokens_per_batch)
+    require(d.tokens_per_batch == 0 or d.tokens_per_batch >= round_up8(d.max_length), "data.tokens_per_batch",
+            f"0 or at least data.max_length rounded up to a multiple of 8 ({round_up8(d.max_length)}), "
+            "so the longest batch holds a row", d.tokens_per_batch)
+    for split in ("train", "dev", "test"):
+        target = getattr(d, f"{split}_target")
+        if config.task != "translation":
+            require(not target, f"data.{split}_target", "nothing (only task = \"translation\" reads target files)", target)
+        elif d.format == "parallel" or target:
+            source = getattr(d, split)
+            require(bool(target) == bool(source), f"data.{split}_target",
+                    f"the target side of data.{split} ({source or 'not set'})", target)
     for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
         value = getattr(m, key)
         require(value >= 1, f"model.{key}", "a positive integer", value)
@@ -265,6 +308,14 @@ def validate(config):
         m.num_heads,
     )
     require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
+    require(m.num_decoder_layers >= 0, "model.num_decoder_layers", "an integer >= 0 (0: model.num_layers)",
+            m.num_decoder_layers)
+    c = config.decode
+    require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
+    require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
+    require(c.max_length >= 0, "decode.max_length", "an integer >= 0 (0: data.max_length)", c.max_length)
+    require(c.dev_sentences >= 0, "decode.dev_sentences", "an integer >= 0 (0: all)", c.dev_sentences)
+    require(c.batch_size >= 1, "decode.batch_size", "an integer >= 1", c.batch_size)
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
     _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
@@ -282,6 +333,7 @@ def validate(config):
     require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
     require(t.clip_norm >= 0, "train.clip_norm", "a number >= 0 (0: no clipping)", t.clip_norm)
     require(0 < t.outside_weight < math.inf, "train.outside_weight", "a finite number > 0", t.outside_weight)
+    require(0 <= t.label_smoothing < 1, "train.label_smoothing", "a number in [0, 1)", t.label_smoothing)
     for key in ("log_every", "checkpoint_every", "max_to_keep"):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
@@ -291,6 +343,10 @@ def validate(config):
     require(0 < t.restore_lr_factor <= 1, "train.restore_lr_factor", "a number in (0, 1]", t.restore_lr_factor)
     require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
     require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
+
+
+def round_up8(value):
+    return -(-int(value) // 8) * 8
 
 
 def _validate_loss_scale(p, require):
@@ -335,7 +391,8 @@ def differing_keys(a, b, ignore=RUN_LENGTH_KEYS + PLACEMENT_KEYS):
     """The `section.key` names whose values differ between two configs."""
     flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
     keys = sorted(set(flat_a) | set(flat_b))
-    return [k for k in keys if k not in ignore and flat_a.get(k) != flat_b.get(k)]
+    # How a run decodes does not change what it trains.
+    return [k for k in keys if k not in ignore and not k.startswith("decode.") and flat_a.get(k) != flat_b.get(k)]
 
 
 def _flatten(tree):

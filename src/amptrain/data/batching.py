@@ -61,13 +61,28 @@ def bucket_boundaries(lengths, max_length, num_buckets, batch_size=1):
     return sorted({int(candidates[j]) for j in best[k - 1][1]} | {top})
 
 
+def rows_for_tokens(boundaries, tokens_per_batch, multiple=8):
+    """Rows of each bucket's batches under a budget of padded tokens (rows x length): as
+    many as fit, rounded down to a multiple of `multiple` (so any replica count that
+    divides it splits every batch evenly), and at least one."""
+    rows = []
+    for length in boundaries:
+        fit = tokens_per_batch // length
+        rows.append(max(1, fit // multiple * multiple if fit >= multiple else fit))
+    return rows
+
+
 class BatchPlan:
-    """Batches of example indices, bucketed by length, in a seeded order."""
+    """Batches of example indices, bucketed by length, in a seeded order.
+
+    `batch_size`: the rows of every batch, or a list with the rows of each bucket's
+    batches (token-budget batching: `rows_for_tokens`)."""
 
     def __init__(self, lengths, batch_size, boundaries, seed=0, shuffle=True):
         self.lengths = np.asarray(lengths)
-        self.batch_size = batch_size
         self.boundaries = list(boundaries)
+        self.rows = list(batch_size) if isinstance(batch_size, (list, tuple)) else [batch_size] * len(self.boundaries)
+        self.batch_size = max(self.rows)
         self.seed = seed
         self.shuffle = shuffle
         if len(self.lengths) == 0:
@@ -75,7 +90,7 @@ class BatchPlan:
         # Bucket of each example: the first boundary that holds it.
         self.buckets = np.searchsorted(self.boundaries, np.minimum(self.lengths, self.boundaries[-1]))
         counts = np.bincount(self.buckets, minlength=len(self.boundaries))
-        self.steps_per_epoch = int(sum(-(-c // batch_size) for c in counts))
+        self.steps_per_epoch = int(sum(-(-c // rows) for c, rows in zip(counts, self.rows)))
         self._epoch_cache = {}
 
     def epoch(self, epoch):
@@ -93,11 +108,11 @@ class BatchPlan:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         batches = []
-        for bucket, length in enumerate(self.boundaries):
+        for bucket, (length, rows) in enumerate(zip(self.boundaries, self.rows)):
             members = order[self.buckets[order] == bucket]
-            for start in range(0, len(members), self.batch_size):
-                indices = members[start : start + self.batch_size]
-                padding = np.full(self.batch_size - len(indices), -1, dtype=np.int64)
+            for start in range(0, len(members), rows):
+                indices = members[start : start + rows]
+                padding = np.full(rows - len(indices), -1, dtype=np.int64)
                 batches.append((np.concatenate([indices, padding]), length))
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]

@@ -62,7 +62,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     strategy = placement.strategy
     write_dir = write_dir or run_dir
     t = config.train
-    distribute.check_batch_size(t.batch_size, strategy)
+    if not config.data.tokens_per_batch:  # token batches: rows are multiples of 8 (data.batching.rows_for_tokens)
+        distribute.check_batch_size(t.batch_size, strategy)
     # A step is `accumulation_steps` batches of the task's plan.
     steps_per_epoch = max(1, job.steps_per_epoch // t.accumulation_steps)
     steps = t.total_steps(steps_per_epoch)
@@ -100,7 +101,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
         {
             "kind": "run",
             **placement.describe(cluster),
-            "global_batch_size": t.batch_size,
+            "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
+            "tokens_per_batch": config.data.tokens_per_batch or None,
             "accumulation_steps": t.accumulation_steps,
             "policy": policy,
             "policy_reason": policy_reason,
@@ -115,9 +117,11 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     if start_step:
         logger.info(f"resuming from the checkpoint of step {start_step}")
     replicas = strategy.num_replicas_in_sync
+    tokens = config.data.tokens_per_batch
     logger.info(
         f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
-        f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
+        + (f"global batches of {tokens} padded tokens (rows by length, split over the replicas)" if tokens else
+           f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)")
         + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
     )
     logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")

@@ -5,5 +5,6 @@ A plain dict maps the config's `task` name to its class.
 
 from amptrain.tasks.classification import ClassificationTask
 from amptrain.tasks.ner import NerTask
+from amptrain.tasks.translation import TranslationTask
 
-TASKS = {"classification": ClassificationTask, "ner": NerTask}
+TASKS = {"classification": ClassificationTask, "ner": NerTask, "translation": TranslationTask}

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up
+from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
 from amptrain.data.vocabulary import load_vocabulary, save_vocabulary, train_vocabulary
 
 logger = logging.getLogger("amptrain")
@@ -30,6 +30,7 @@ class TextTask:
     primary_metric = None
     default_lowercase = True  # `data.lowercase` when the config leaves it out
     predictions_suffix = ".jsonl"  # of `predictions-test`, which `evaluate` writes
+    keeps_blank_lines = False  # `predict --input`: blank lines are skipped (translation keeps them)
 
     def __init__(self, config, run_dir):
         self.config = config
@@ -37,6 +38,7 @@ class TextTask:
         self.labels = None
         self.tokenizer = None
         self.splits = {}
+        self.during_fit = False  # set by `api.fit`: evaluations between training steps may be quicker
 
     @property
     def lowercase(self):
@@ -89,8 +91,13 @@ class TextTask:
         d = self.config.data
         return bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size) if d.bucketing else [round_up(d.max_length)]
 
+    def _rows(self):
+        """Rows a batch: train.batch_size, or each bucket's under data.tokens_per_batch."""
+        tokens = self.config.data.tokens_per_batch
+        return rows_for_tokens(self.boundaries, tokens) if tokens else self.config.train.batch_size
+
     def _plan(self, split, shuffle):
-        return BatchPlan(split.lengths, self.config.train.batch_size, self.boundaries, self.config.runtime.seed, shuffle)
+        return BatchPlan(split.lengths, self._rows(), self.boundaries, self.config.runtime.seed, shuffle)
 
     def _dataset(self, split, plan, start_step=0, num_steps=None):
         from amptrain.data.pipeline import plan_dataset

@@ -1,0 +1,346 @@
+"""Translation: parallel text in, BLEU and chrF (sacrebleu) out.
+
+    task = TranslationTask(config, run_dir)
+    task.prepare()                                   # read, learn the vocabularies, encode
+    model = task.build_model(dtype="mixed_bfloat16")
+    dataset = task.train_dataset(start_step=0)       # the engine pulls from this
+    task.predict_texts(None, ["In the beginning was the Word"])   # beam search, after training
+
+Pieces: WordPiece, cased (BLEU is case-sensitive), one vocabulary for both sides by
+default (`data.shared_vocabulary`; else `vocab-source.txt` and `vocab-target.txt`), saved
+in the run folder. The target is `[CLS]` (the start piece) + pieces + `[SEP]` (the end
+piece): the decoder reads it without its last piece and learns to write it without its
+first. Each side keeps at most `data.max_length` pieces (the target's two marks
+included; a cut target still ends with the end piece); cut pairs are counted in the log.
+
+Batches: a pair's length is its longer side's; both sides are padded to their bucket's
+length, so there is one shape a bucket. With `data.tokens_per_batch` a bucket's batches
+hold as many rows as fit that many padded tokens (short sentences in big batches).
+
+Loss: label-smoothed cross-entropy in float32 over real target pieces, summed, with their
+count (the engine divides by the global count): (1 - e) * -log p(gold) + e * mean over the
+vocabulary of -log p.
+
+Evaluation does not use the engine's teacher-forced `predict`: it decodes with the model's
+cached decoder (`models/decoding.py`). During training, dev is decoded greedily on its
+first `decode.dev_sentences` pairs; the final test decodes every pair with beam search
+and with greedy search and writes the beam output to `predictions-test.tsv`. Under a
+distribution strategy the search runs outside the replicas, on the model's first copy of
+the weights; every worker of a multi-worker run decodes the same sentences.
+"""
+
+import logging
+import os
+
+import numpy as np
+
+from amptrain.data.batching import round_up
+from amptrain.data.parallel import read_parallel
+from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
+from amptrain.errors import UserError
+from amptrain.tasks.common import VOCABULARY_FILE, TextTask, token_counts
+
+logger = logging.getLogger("amptrain")
+
+START, END = CLS, SEP
+SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE = "vocab-source.txt", "vocab-target.txt"
+# Pieces a detokenised text joins to the word before (closing punctuation) or after
+# (opening punctuation, Spanish's inverted marks), and to both (apostrophes, hyphens).
+_JOIN_BEFORE = set(".,;:!?)]}»”’%")
+_JOIN_AFTER = set("([{«“¿¡")
+_JOIN_BOTH = set("'-")
+
+
+class Split:
+    """One split's pairs, encoded: source pieces, and target pieces between the marks."""
+
+    def __init__(self, name, path, pairs, source_ids, target_ids, max_length, start_id, end_id):
+        self.name, self.path, self.pairs = name, path, pairs
+        self.source_ids = [ids[:max_length] for ids in source_ids]
+        self.target_ids = [
+            np.concatenate([[start_id], ids[: max_length - 2], [end_id]]).astype(np.int32) for ids in target_ids
+        ]
+        self.truncated = int(sum(len(s) > max_length or len(t) > max_length - 2 for s, t in zip(source_ids, target_ids)))
+        # The decoder reads and writes one piece fewer than the marked target.
+        self.lengths = np.array([max(len(s), len(t) - 1) for s, t in zip(self.source_ids, self.target_ids)])
+
+
+class TranslationTask(TextTask):
+    primary_metric = "bleu"
+    default_lowercase = False  # BLEU is case-sensitive
+    predictions_suffix = ".tsv"
+    keeps_blank_lines = True  # `predict --input`: a blank line translates to a blank line
+
+    def __init__(self, config, run_dir):
+        super().__init__(config, run_dir)
+        self.model = None
+        self._searches = {}
+
+    # === Data ===
+
+    def prepare(self, split_names=("train", "dev", "test")):
+        d = self.config.data
+        paths = {"train": (d.train, d.train_target), "dev": (d.dev, d.dev_target), "test": (d.test, d.test_target)}
+        if d.format == "parallel" and not d.train_target:
+            raise UserError("data.format is parallel: set data.train_target (and data.dev_target, data.test_target)")
+        learned = self._vocabulary_files()
+        wanted = [name for name in split_names if paths[name][0]]
+        if not all(self._saved(name) for name in learned) and "train" not in wanted:
+            wanted = ["train"] + wanted
+        pairs = {name: read_parallel(*paths[name]) for name in wanted}
+        self._make_tokenizers(pairs.get("train"))
+        for name in (n for n in split_names if n in pairs):
+            self.splits[name] = self._encode(name, paths[name][0], pairs[name])
+        present = [name for name in split_names if name in self.splits]
+        if not present:
+            return
+        first = self.splits[present[0]]
+        self.boundaries = self._boundaries(first.lengths)
+        sizes = (f"vocabulary {self.source_tokenizer.size} shared" if d.shared_vocabulary else
+                 f"vocabularies {self.source_tokenizer.size} source, {self.target_tokenizer.size} target")
+        logger.info(
+            f"data: {len(first.pairs)} {first.name} pairs, {sizes}, {first.truncated} cut to {d.max_length} pieces, "
+            f"bucket lengths {self.boundaries}"
+            + (f", batches of {d.tokens_per_batch} padded tokens ({self._rows()} rows a bucket)" if d.tokens_per_batch else "")
+        )
+
+    def _vocabulary_files(self):
+        return [VOCABULARY_FILE] if self.config.data.shared_vocabulary else [SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE]
+
+    def _make_tokenizers(self, train_pairs):
+        d = self.config.data
+        if d.shared_vocabulary:
+            texts = None if train_pairs is None else [p.source for p in train_pairs] + [p.target for p in train_pairs]
+            self.source_tokenizer = self.target_tokenizer = WordPiece(self._load_or_make_vocabulary(texts), self.lowercase)
+            return
+        if d.vocabulary:
+            raise UserError("data.vocabulary names one vocabulary for both sides; set data.shared_vocabulary = true, "
+                            "or leave data.vocabulary empty to learn one a side")
+        self.source_tokenizer, self.target_tokenizer = (
+            WordPiece(self._side_vocabulary(name, None if train_pairs is None else [getattr(p, side) for p in train_pairs]),
+                      self.lowercase)
+            for name, side in ((SOURCE_VOCABULARY_FILE, "source"), (TARGET_VOCABULARY_FILE, "target"))
+        )
+
+    def _side_vocabulary(self, name, texts):
+        path = os.path.join(self.run_dir, name)
+        if os.path.exists(path):
+            return load_vocabulary(path)
+        logger.info(f"training a WordPiece vocabulary of {self.config.data.vocabulary_size} pieces ({name})")
+        vocabulary = train_vocabulary(texts, self.config.data.vocabulary_size, self.lowercase)
+        save_vocabulary(vocabulary, path)
+        return vocabulary
+
+    def _encode(self, name, path, pairs):
+        return Split(name, path, pairs, self.source_tokenizer.encode([p.source for p in pairs]),
+                     self.target_tokenizer.encode([p.target for p in pairs]), self.config.data.max_length,
+                     self.start_id, self.end_id)
+
+    @property
+    def start_id(self):
+        return self.target_tokenizer.token_id(START)
+
+    @property
+    def end_id(self):
+        return self.target_tokenizer.token_id(END)
+
+    @staticmethod
+    def _batch_builder(split):
+        source_ids, target_ids = split.source_ids, split.target_ids
+
+        def build(indices, length):
+            batch = len(indices)
+            source = np.full((batch, length), PAD_ID, np.int32)
+            decoder_in = np.full((batch, length), PAD_ID, np.int32)
+            labels = np.full((batch, length), PAD_ID, np.int32)
+            for row, index in enumerate(indices):
+                if index >= 0:
+                    source[row, : len(source_ids[index])] = source_ids[index]
+                    target = target_ids[index]
+                    decoder_in[row, : len(target) - 1] = target[:-1]  # start, pieces
+                    labels[row, : len(target) - 1] = target[1:]  # pieces, end
+            weights = (labels != PAD_ID).astype(np.float32)
+            source_mask, target_mask = source != PAD_ID, decoder_in != PAD_ID
+            counts = token_counts(source_mask) + token_counts(target_mask)
+            features = {"source_ids": source, "source_mask": source_mask, "target_ids": decoder_in,
+                        "target_mask": target_mask}
+            return features, {"labels": labels, "weights": weights}, counts
+
+        return build
+
+    @staticmethod
+    def signature():
+        import tensorflow as tf
+
+        ids, mask = tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.bool)
+        return (
+            {"source_ids": ids, "source_mask": mask, "target_ids": ids, "target_mask": mask},
+            {"labels": ids, "weights": tf.TensorSpec((None, None), tf.float32)},
+            tf.TensorSpec((None, 2), tf.int32),
+        )
+
+    # === Model and loss ===
+
+    def build_model(self, dtype):
+        from amptrain.models.translator import Translator
+
+        d = self.config.data
+        self.model = Translator(
+            self.source_tokenizer.size, self.target_tokenizer.size, round_up(d.max_length), self.config.model, dtype,
+            shared_embedding=d.shared_vocabulary,
+        ).build_all()
+        self._searches = {}
+        return self.model
+
+    @property
+    def loss_fn(self):
+        smoothing = self.config.train.label_smoothing
+
+        def loss_fn(targets, logits):
+            return smoothed_cross_entropy(targets["labels"], logits, targets["weights"], smoothing)
+
+        return loss_fn
+
+    # === Decoding, evaluation and prediction ===
+
+    def _search(self, beam_size):
+        from amptrain.models.decoding import Search
+
+        if beam_size not in self._searches:
+            c = self.config.decode
+            max_length = min(c.max_length or self.config.data.max_length, self.model.max_length)
+            self._searches[beam_size] = Search(
+                self.model, max_length, self.start_id, self.end_id, beam_size, c.length_penalty,
+                jit_compile=self.config.runtime.jit_compile, banned_ids=(PAD_ID, self.start_id),
+            )
+        return self._searches[beam_size]
+
+    def translate_ids(self, source_ids, beam_size):
+        """Output pieces (without the marks) of each source, in order.
+
+        Sentences are decoded `decode.batch_size` at a time, grouped by their length
+        rounded up to a multiple of 16; a group's last batch is filled with copies of its
+        first sentence. So there are a few shapes to compile, and they do not depend on
+        which split or text is decoded: a sentence translates the same in the run's
+        evaluation, in `eval` and in `predict` (in half precision the padded shape can tip
+        a close choice between two pieces)."""
+        search = self._search(beam_size)
+        size = self.config.decode.batch_size
+        top = round_up(self.config.data.max_length)
+        padded = np.array([min(round_up(max(len(ids), 1), 16), top) for ids in source_ids], np.int64)
+        outputs = [None] * len(source_ids)
+        for length in sorted(set(padded)):
+            members = np.flatnonzero(padded == length)
+            for start in range(0, len(members), size):
+                chunk = members[start : start + size]
+                rows = np.concatenate([chunk, np.full(size - len(chunk), chunk[0])])
+                ids = np.full((len(rows), length), PAD_ID, np.int32)
+                for row, index in enumerate(rows):
+                    ids[row, : len(source_ids[index][:length])] = source_ids[index][:length]
+                ids[:, 0] = np.where(ids[:, 0] == PAD_ID, self.source_tokenizer.token_id(UNK), ids[:, 0])  # an empty source
+                pieces = search(ids, ids != PAD_ID)
+                for row, index in enumerate(chunk):
+                    outputs[index] = _until_end(pieces[row], self.end_id)
+        return outputs
+
+    def translate(self, source_ids, beam_size):
+        return [self.detokenize(ids) for ids in self.translate_ids(source_ids, beam_size)]
+
+    def detokenize(self, ids):
+        return detokenize([self.target_tokenizer.vocabulary[i] for i in ids])
+
+    def evaluate(self, split_name, predict, predictions_path=None):
+        """BLEU and chrF of the model's output. Between training steps (`during_fit`, no
+        predictions path): greedy, on the first `decode.dev_sentences` pairs. Else every pair,
+        beam search (`bleu`, `chrf`) and greedy (`bleu_greedy`, `chrf_greedy`), the beam output
+        written to the predictions file when a path is given."""
+        import time
+
+        split = self.splits[split_name]
+        count = len(split.pairs)
+        quick = self.during_fit and predictions_path is None  # an evaluation between training steps
+        if quick and self.config.decode.dev_sentences:
+            count = min(count, self.config.decode.dev_sentences)
+        sources, references = split.source_ids[:count], [p.target for p in split.pairs[:count]]
+        metrics = {}
+        beams = [1] if quick else [self.config.decode.beam_size, 1]
+        for beam_size in dict.fromkeys(beams):
+            started = time.time()
+            hypotheses = self.translate(sources, beam_size)
+            elapsed = time.time() - started
+            scores = corpus_scores(hypotheses, references)
+            suffix = "" if beam_size == beams[0] else "_greedy"
+            metrics.update({f"bleu{suffix}": scores["bleu"], f"chrf{suffix}": scores["chrf"],
+                            f"sentences_per_second{suffix}": count / max(elapsed, 1e-9)})
+            if beam_size == beams[0] and predictions_path is not None:
+                write_predictions(predictions_path + self.predictions_suffix, split.pairs, hypotheses)
+        if not quick and len(set(beams)) == 1:  # beam_size 1: greedy is the beam output
+            metrics.update({"bleu_greedy": metrics["bleu"], "chrf_greedy": metrics["chrf"]})
+        metrics.update({"sentences": count, "beam_size": beams[0]})
+        return metrics
+
+    def add_split(self, name, path):
+        """Reads and encodes another parallel file (`amptrain eval --data`)."""
+        self.splits[name] = self._encode(name, path, read_parallel(path))
+
+    def predict_texts(self, predict, texts):
+        """The beam-search translation of each text (a blank text translates to "")."""
+        texts = list(texts)
+        present = [i for i, t in enumerate(texts) if t.strip()]
+        sources = [ids[: self.config.data.max_length] for ids in self.source_tokenizer.encode([texts[i] for i in present])]
+        translations = [""] * len(texts)
+        for i, translation in zip(present, self.translate(sources, self.config.decode.beam_size) if present else []):
+            translations[i] = translation
+        return [{"text": text, "translation": translation} for text, translation in zip(texts, translations)]
+
+
+def smoothed_cross_entropy(labels, logits, weights, smoothing=0.0):
+    """(sum over real targets of the label-smoothed cross-entropy, sum of weights), float32."""
+    import tensorflow as tf
+
+    log_probabilities = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+    gold = -tf.reduce_sum(tf.one_hot(labels, tf.shape(logits)[-1], dtype=tf.float32) * log_probabilities, axis=-1)
+    losses = gold if not smoothing else (1.0 - smoothing) * gold - smoothing * tf.reduce_mean(log_probabilities, axis=-1)
+    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
+
+
+def _until_end(pieces, end_id):
+    ends = np.flatnonzero(pieces == end_id)
+    pieces = pieces[: ends[0]] if len(ends) else pieces
+    return [int(p) for p in pieces if p != PAD_ID]
+
+
+def detokenize(pieces):
+    """WordPiece pieces back to text: `##` pieces join the piece before; punctuation joins
+    its word as written (closing marks the word before, opening ones the word after)."""
+    text = ""
+    join_next = True
+    for piece in pieces:
+        if piece.startswith("##"):
+            text += piece[2:]
+            continue
+        joins = join_next or piece in _JOIN_BEFORE or piece in _JOIN_BOTH
+        text += piece if joins else " " + piece
+        join_next = piece in _JOIN_AFTER or piece in _JOIN_BOTH
+    return text
+
+
+def corpus_scores(hypotheses, references):
+    """sacrebleu's corpus BLEU (13a tokenisation) and chrF, on its 0-100 scale."""
+    import sacrebleu
+
+    return {
+        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references]).score),
+        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+    }
+
+
+def write_predictions(path, pairs, hypotheses):
+    """`source<TAB>reference<TAB>hypothesis`, one line a pair, in file order."""
+    with open(path, "w", encoding="utf-8") as f:
+        for pair, hypothesis in zip(pairs, hypotheses):
+            f.write(f"{pair.source}\t{pair.target}\t{_one_line(hypothesis)}\n")
+
+
+def _one_line(text):
+    return " ".join(text.replace("\t", " ").split())
