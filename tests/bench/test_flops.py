@@ -34,3 +34,19 @@ def test_data_sheet_peaks():
     assert peak_flops("mixed_float16", "Tesla V100-SXM2-16GB")[0] == 125e12
     assert peak_flops("float32", None) is None
     assert peak_flops("float32", "Some Unknown GPU") is None
+
+
+def test_training_flops_per_token_of_a_tiny_translator():
+    from types import SimpleNamespace
+
+    from amptrain.models.translator import Translator
+
+    c = SimpleNamespace(num_layers=1, num_decoder_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                        dropout=0.0, tie_embeddings=True)
+    model = Translator(40, 40, 16, c, "float32", shared_embedding=True).build_all()
+    # Encoder block: qkv 8x24 + output 8x8 + ffn 8x16 + 16x8 = 192 + 64 + 256 = 512.
+    # Decoder block: self 8x8 + 8x16 + 8x8, cross the same (256 each), ffn 256 = 768.
+    # Output projection, tied: 8 x 40 = 320. Matmul parameters 512 + 768 + 320 = 1,600.
+    # Attention: encoder self, decoder self and cross: 3 x 12 x 8 x 10 = 2,880.
+    # A source and a target token together: 6 x 1,600 + 2,880 = 12,480; a token: 6,240.
+    assert training_flops_per_token(model, sequence_length=10) == 6240

@@ -41,8 +41,11 @@ _NAMES = ("H200", "H100", "A100", "A10", "L4", "T4", "V100", "TPU v5e", "TPU v4"
 
 
 def attention_layers(model):
-    """The attention layers of `model`."""
-    return [layer for layer in walk(model) if isinstance(layer, MultiHeadSelfAttention)]
+    """The attention layers of `model` (self-attention of the encoders, and the
+    translator's self- and cross-attention)."""
+    from amptrain.models.translator import Attention
+
+    return [layer for layer in walk(model) if isinstance(layer, (MultiHeadSelfAttention, Attention))]
 
 
 def matmul_parameters(model):
@@ -55,9 +58,23 @@ def matmul_parameters(model):
 
 
 def training_flops_per_token(model, sequence_length):
-    """6 · matmul parameters + 12 · hidden · length for each attention layer."""
+    """6 · matmul parameters + 12 · hidden · length for each attention layer.
+
+    An encoder-decoder (the translator) runs its encoder on source tokens and its decoder
+    and output projection on target tokens, and the tokens counted are both sides': a
+    pair of one source and one target token costs the sum over every part, so a token
+    costs half of it (sides of equal length assumed; `sequence_length` is a side's)."""
+    from amptrain.models.translator import OutputProjection, Translator
+
     attention = sum(12 * layer.hidden_dim * sequence_length for layer in attention_layers(model))
-    return 6 * matmul_parameters(model) + attention
+    parameters = matmul_parameters(model)
+    # The output projection of a translator is a matrix product with no Dense kernel when
+    # tied to the embedding.
+    for layer in walk(model):
+        if isinstance(layer, OutputProjection) and layer.tied_embedding is not None:
+            parameters += int(layer.tied_embedding.embeddings.shape[0]) * int(layer.tied_embedding.embeddings.shape[1])
+    per_token = 6 * parameters + attention
+    return per_token / 2 if isinstance(model, Translator) else per_token
 
 
 def peak_flops(policy, device_name=None, tf32=True):

@@ -114,12 +114,13 @@ class DecoderBlock(keras.layers.Layer):
         self_mask = ops.logical_and(causal[None], ops.cast(target_mask, "bool")[:, None, :])
         normed = self.self_attention_norm(x)
         x = x + self.residual_dropout(self.self_attention(normed, normed, self_mask, training=training), training=training)
-        memory_key, memory_value = self.cross_attention.keys_values(memory)
-        return self._cross_and_ffn(x, memory_key, memory_value, ops.cast(memory_mask, "bool")[:, None, :], training)
-
-    def _cross_and_ffn(self, x, memory_key, memory_value, memory_mask, training=False):
-        attended = self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask, training)
+        # Called as layers (not through `attend`), so the audit sees each softmax inside its island.
+        memory_mask = ops.cast(memory_mask, "bool")[:, None, :]
+        attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
         x = x + self.residual_dropout(attended, training=training)
+        return self._ffn(x, training)
+
+    def _ffn(self, x, training=False):
         transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
         return x + self.residual_dropout(transformed, training=training)
 
@@ -134,9 +135,9 @@ class DecoderBlock(keras.layers.Layer):
         cache_key = cache_key * (1 - at_index) + key * at_index
         cache_value = cache_value * (1 - at_index) + value * at_index
         seen = (ops.arange(max_length) <= index)[None, None, :]  # (1, 1, max_length)
-        attended = self.self_attention.attend(normed, cache_key, cache_value, seen)
-        x = x + attended
-        return self._cross_and_ffn(x, memory_key, memory_value, memory_mask), cache_key, cache_value
+        x = x + self.self_attention.attend(normed, cache_key, cache_value, seen)
+        x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
+        return self._ffn(x), cache_key, cache_value
 
     def get_config(self):
         return {**super().get_config(), "hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
