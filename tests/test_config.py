@@ -97,3 +97,34 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
     assert saved == config
     assert config_lib.differing_keys(saved, load(tiny, "train.steps=99")) == []
     assert config_lib.differing_keys(saved, load(tiny, "model.hidden_dim=32")) == ["model.hidden_dim"]
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("data.tokens_per_batch=16", r"data\.tokens_per_batch: expected 0 or at least data\.max_length rounded up to a "
+                                     r"multiple of 8 \(32\), so the longest batch holds a row, received 16"),
+        ("data.tokens_per_batch=-1", r"data\.tokens_per_batch: expected an integer >= 0"),
+        ("decode.beam_size=0", r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0"),
+        ("train.label_smoothing=1", r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0"),
+        ("model.num_decoder_layers=-1", r"model\.num_decoder_layers: expected an integer >= 0"),
+    ],
+)
+def test_impossible_batching_decoding_and_translation_values_are_refused(tiny, setting, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tiny, setting)
+
+
+def test_target_files_are_for_translation_only(tiny):
+    with pytest.raises(ConfigError, match=r"data\.train_target: expected nothing \(only task = \"translation\" reads"):
+        load(tiny, f"data.train_target={tiny / 'train.csv'}")
+
+
+def test_two_file_translation_needs_both_sides_of_each_split(tiny):
+    with pytest.raises(ConfigError, match=r"data\.dev_target: expected the target side of data\.dev"):
+        load(tiny, "task=translation", "data.format=parallel", "data.train_target=" + str(tiny / "train.csv"))
+
+
+def test_decode_settings_do_not_stop_a_resume(tiny):
+    a, b = load(tiny), load(tiny, "decode.beam_size=8", "decode.dev_sentences=50")
+    assert config_lib.differing_keys(a, b) == []
