@@ -134,6 +134,9 @@ class TrainConfig:
     restore_lr_factor: float = 0.5  # learning rate multiplier after each restore
     max_restores: int = 3
     accumulation_steps: int = 1  # micro-batches of batch_size a step; one update per step
+    # > 0: keep an exponential moving average of the weights with this decay; dev and test
+    # evaluations (and the best checkpoint) use it. 0: off
+    ema_decay: float = 0.0
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -343,6 +346,7 @@ def validate(config):
     require(0 < t.restore_lr_factor <= 1, "train.restore_lr_factor", "a number in (0, 1]", t.restore_lr_factor)
     require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
     require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
+    require(0.0 <= t.ema_decay < 1.0, "train.ema_decay", "a number in [0, 1) (0: no weight average)", t.ema_decay)
 
 
 def round_up8(value):

@@ -35,9 +35,13 @@ def run(tiny, run_dir, *extra):
     subprocess.run(command(tiny, run_dir, *extra), check=True, capture_output=True, timeout=600)
 
 
-def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny, ema_decay):
+    # With a weight average, the resumed run must go on with the same average: its dev
+    # scores (of the averaged weights) match the uninterrupted run's.
+    ema = f"train.ema_decay={ema_decay}"
     interrupted = tiny / "interrupted"
-    process = subprocess.Popen(command(tiny, interrupted), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command(tiny, interrupted, ema), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not committed(interrupted, 16):
         assert process.poll() is None, "fit ended before it could be interrupted"
@@ -48,8 +52,8 @@ def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
     killed = read_metrics(interrupted / "metrics.jsonl")
     assert not any(r["kind"] == "end" for r in killed)
 
-    run(tiny, interrupted)
-    run(tiny, tiny / "uninterrupted")
+    run(tiny, interrupted, ema)
+    run(tiny, tiny / "uninterrupted", ema)
 
     records = read_metrics(interrupted / "metrics.jsonl")
     runs = [r for r in records if r["kind"] == "run"]
@@ -61,6 +65,10 @@ def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny):
     assert final["loss"] == pytest.approx(expected["loss"], rel=1e-4)
     test = [r for r in records if r["kind"] == "eval" and r["split"] == "test"]
     assert len(test) == 1
+    dev = [(r["step"], r["checkpoint"], r["accuracy"]) for r in records if r["kind"] == "eval" and r["split"] == "dev"]
+    expected_dev = [(r["step"], r["checkpoint"], r["accuracy"])
+                    for r in read_metrics(tiny / "uninterrupted" / "metrics.jsonl") if r["kind"] == "eval" and r["split"] == "dev"]
+    assert dev[-1] == expected_dev[-1] and dev[-1][1] == ("average" if ema_decay else "latest")
 
 
 def test_sigterm_saves_a_checkpoint_of_the_current_step_and_exits_143(tiny):

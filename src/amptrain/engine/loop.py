@@ -13,6 +13,7 @@ folders that the caller removes (TensorFlow's multi-worker saving asks every wor
 save, the others to places of their own).
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -25,6 +26,7 @@ from typing import Callable
 import keras
 
 from amptrain import distribute
+from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.optimizer import build_optimizer, current_learning_rate
 from amptrain.engine.telemetry import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
@@ -77,6 +79,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
         optimizer, lr_factor = build_optimizer(t, steps)
         optimizer.build(job.model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
+        average = WeightAverage(strategy, job.model.trainable_variables, t.ema_decay) if t.ema_decay > 0 else None
         trainer = Trainer(
             strategy,
             job.model,
@@ -88,8 +91,11 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
             max_consecutive_skips=config.precision.max_consecutive_skips,
             stop_on_nonfinite_loss=t.on_nonfinite != "skip",
             accumulation_steps=t.accumulation_steps,
+            weight_average=average,
         )
     state = {"loss_scale": scaler, "learning_rate_factor": lr_factor, **trainer.counters()}
+    if average is not None:
+        state["weight_average"] = average.trackable
     checkpoints = Checkpoints(
         os.path.join(write_dir, "checkpoints"), job.model, optimizer, trainer.step, state, t.max_to_keep,
         source=os.path.join(run_dir, "checkpoints"),
@@ -110,6 +116,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
             "steps_per_execution": config.runtime.steps_per_execution,
             "loss_scale": scaler.describe() if scaler is not None else None,
             "on_nonfinite": t.on_nonfinite,
+            "ema_decay": t.ema_decay,
             "resumed_from_step": start_step,
             "total_steps": steps,
         }
@@ -292,26 +299,33 @@ class _Loop:
         )
 
     def _evaluate_and_checkpoint(self, step):
-        """Evaluates on dev when due, checkpoints, keeps the best; returns True to stop early."""
+        """Evaluates on dev when due, checkpoints, keeps the best; returns True to stop early.
+
+        With a weight average the dev split is scored with the averaged weights, and the
+        best checkpoint holds them as the model's weights (so the final test, `evaluate` and
+        `predict` use what dev scored); the step checkpoints hold the trained weights (and
+        the average's sums), which is what a resume needs."""
         stop = False
         improved = False
-        if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
-            metrics = self.job.evaluate("dev", self.trainer.predict, None)
-            value = metrics[self.job.primary_metric]
-            improved = value > self.checkpoints.best_metric.numpy()
-            if improved:
-                self.checkpoints.best_metric.assign(value)
-                self.checkpoints.best_step.assign(step)
-                self.checkpoints.evals_since_best.assign(0)
-            else:
-                self.checkpoints.evals_since_best.assign_add(1)
-            self._log_eval(step, "dev", "latest", metrics)
-            stop = self._stopped_early()
-            if stop:
-                logger.info(f"early stop: no better dev {self.job.primary_metric} in {self.config.train.patience} evaluations")
+        average = self.trainer.weight_average
+        with average.applied() if average is not None else contextlib.nullcontext():
+            if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
+                metrics = self.job.evaluate("dev", self.trainer.predict, None)
+                value = metrics[self.job.primary_metric]
+                improved = value > self.checkpoints.best_metric.numpy()
+                if improved:
+                    self.checkpoints.best_metric.assign(value)
+                    self.checkpoints.best_step.assign(step)
+                    self.checkpoints.evals_since_best.assign(0)
+                else:
+                    self.checkpoints.evals_since_best.assign_add(1)
+                self._log_eval(step, "dev", "average" if average is not None else "latest", metrics)
+                stop = self._stopped_early()
+                if stop:
+                    logger.info(f"early stop: no better dev {self.job.primary_metric} in {self.config.train.patience} evaluations")
+            if improved or not self.job.has_dev and step == self.steps:
+                self.checkpoints.save_best()
         self.checkpoints.save()
-        if improved or not self.job.has_dev and step == self.steps:
-            self.checkpoints.save_best()
         return stop
 
     def _log_eval(self, step, split, checkpoint, metrics):

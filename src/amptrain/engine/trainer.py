@@ -15,7 +15,7 @@ one step on a K-times-larger batch. The skip decision and the loss scaler see th
 accumulated gradients.
 
 Skipping: a step is applied only if its loss and its all-reduced gradients are finite.
-A skipped step changes no weight, no optimizer slot and not the optimizer's iteration
+A skipped step changes no weight, no optimizer slot, no weight average and not the optimizer's iteration
 count (so not the learning-rate schedule either), but it consumes its batch: `step`
 counts batches, so the data position and resume stay exact. The graph call returns
 early (and says why in `stop`) when the run cannot go on: an overflow with the loss
@@ -50,6 +50,7 @@ class Trainer:
         max_consecutive_skips=0,
         stop_on_nonfinite_loss=True,
         accumulation_steps=1,
+        weight_average=None,
     ):
         self.strategy = strategy
         self.model = model
@@ -60,6 +61,7 @@ class Trainer:
         self.max_consecutive_skips = max_consecutive_skips  # 0: no limit
         self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
         self.accumulation_steps = accumulation_steps
+        self.weight_average = weight_average  # engine.averaging.WeightAverage, updated after each applied step
         self.variables = list(model.trainable_variables)
         # Counted in the graph and checkpointed: a Ctrl-C that lands between a graph
         # call's return and Python's bookkeeping still saves the right numbers.
@@ -135,6 +137,8 @@ class Trainer:
 
     def _apply(self, gradients):
         self.optimizer.apply(gradients, self.variables)
+        if self.weight_average is not None:
+            self.weight_average.update()
 
     def _one_step(self, iterator):
         """Runs and (if finite) applies one step; returns its numbers and why to stop."""
