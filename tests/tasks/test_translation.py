@@ -155,3 +155,23 @@ def test_token_batches_over_two_replicas_train_like_one_device(tiny_translation)
     assert_close(weights(one), weights(mirrored), "float32")
     test = [r for r in read_metrics(os.path.join(mirrored, "metrics.jsonl")) if r.get("split") == "test"][-1]
     assert test["sentences"] == 12 and "bleu_greedy" in test
+
+
+def test_separate_vocabularies_are_learned_a_side_and_saved(tiny_translation, tmp_path):
+    from amptrain.config import load_config
+
+    config = load_config(tiny_translation / "tiny.toml", ["data.shared_vocabulary=false", "model.tie_embeddings=true"])
+    task = TranslationTask(config, str(tmp_path))
+    task.prepare(("train",))
+    assert (tmp_path / "vocab-source.txt").exists() and (tmp_path / "vocab-target.txt").exists()
+    assert not (tmp_path / "vocab.txt").exists()
+    assert task.source_tokenizer is not task.target_tokenizer
+    # Each side's own pieces: Spanish accents on the target side only.
+    assert "á" in task.target_tokenizer.vocabulary and "á" not in task.source_tokenizer.vocabulary
+    model = task.build_model("float32")
+    assert model.source_embedding is not model.target_embedding
+    assert model.output_projection.tied_embedding is model.target_embedding  # tied to the target side
+    # A second task on the same run folder reads the saved files instead of learning anew.
+    again = TranslationTask(config, str(tmp_path))
+    again.prepare(("dev",))
+    assert again.target_tokenizer.vocabulary == task.target_tokenizer.vocabulary
