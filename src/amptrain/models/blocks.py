@@ -47,6 +47,24 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         }
 
 
+def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training=False):
+    """softmax(q·kᵀ / sqrt(d)) · v over the keys `keep` says (bool, broadcastable to
+    (batch, heads, query, key); None: all), with the softmax in float32. Queries, keys and
+    values are (batch, heads, length, head_dim); returns (batch, query length, hidden)."""
+    batch, heads, length, head_dim = (ops.shape(query)[i] for i in range(4))
+    query = query * ops.cast(head_dim**-0.5, query.dtype)
+    scores = ops.einsum("bhqd,bhkd->bhqk", query, key)  # (batch, heads, query, key)
+    # float32: exp() of fp16 scores overflows past 11, and the mask's large negative
+    # must stay far below every real score, which fp16's range (6.5e4) cannot promise.
+    scores = ops.cast(scores, "float32")
+    if keep is not None:
+        scores = ops.where(keep, scores, ops.full_like(scores, -1e9))
+    weights = ops.cast(ops.softmax(scores, axis=-1), compute_dtype)
+    weights = dropout(weights, training=training)
+    context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
+    return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, heads * head_dim))
+
+
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over unmasked keys."""
 
@@ -74,19 +92,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_dim))
         qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, length, head_dim)
-        query, key, value = qkv[0], qkv[1], qkv[2]
-        query = query * ops.cast(self.head_dim**-0.5, query.dtype)
-        scores = ops.einsum("bhqd,bhkd->bhqk", query, key)  # (batch, heads, query, key)
-        # float32: exp() of fp16 scores overflows past 11, and the mask's large negative
-        # must stay far below every real score, which fp16's range (6.5e4) cannot promise.
-        scores = ops.cast(scores, "float32")
-        if padding_mask is not None:
-            keep = ops.cast(padding_mask, "bool")[:, None, None, :]
-            scores = ops.where(keep, scores, ops.full_like(scores, -1e9))
-        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-        weights = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, self.hidden_dim))
+        keep = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
+        context = scaled_dot_product(qkv[0], qkv[1], qkv[2], keep, self.compute_dtype, self.attention_dropout, training)
         return self.output_dense(context)  # (batch, length, hidden)
 
     def get_config(self):

@@ -23,10 +23,7 @@ not the whole prefix, and every shape is fixed, so the search loop compiles unde
 import keras
 from keras import ops
 
-from amptrain.models.blocks import EncoderBlock
-
-NEGATIVE = -1e9  # a masked score: exp() of it is 0 in float32
-
+from amptrain.models.blocks import EncoderBlock, scaled_dot_product
 
 class Attention(keras.layers.Layer):
     """Multi-head attention of queries `x` over keys and values made from `context`."""
@@ -62,13 +59,8 @@ class Attention(keras.layers.Layer):
         """`mask`: bool, (batch, query length, key length) or broadcastable; True keeps a key."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         query = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_dim))
-        query = ops.transpose(query, (0, 2, 1, 3)) * ops.cast(self.head_dim**-0.5, x.dtype)
-        scores = ops.cast(ops.einsum("bhqd,bhkd->bhqk", query, key), "float32")
-        scores = ops.where(mask[:, None], scores, ops.full_like(scores, NEGATIVE))
-        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-        weights = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, self.hidden_dim))
+        query = ops.transpose(query, (0, 2, 1, 3))
+        context = scaled_dot_product(query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training)
         return self.output_dense(context)
 
     def call(self, x, context, mask, training=False):
