@@ -50,13 +50,17 @@ class TextTask:
     def _saved(self, name):
         return os.path.exists(os.path.join(self.run_dir, name))
 
+    def _learned_files(self):
+        """The files the task learns from the training split into the run folder."""
+        return [LABELS_FILE, VOCABULARY_FILE]
+
     def _wanted_splits(self, split_names):
         """The named splits the config has, with `train` first when the run folder has not
-        learned the vocabulary and labels from it yet."""
+        learned its files (`_learned_files`) from it yet."""
         d = self.config.data
         paths = {"train": d.train, "dev": d.dev, "test": d.test}
         wanted = [name for name in split_names if paths.get(name)]
-        if not self._saved(LABELS_FILE) or not self._saved(VOCABULARY_FILE):
+        if not all(self._saved(name) for name in self._learned_files()):
             wanted = ["train"] + [name for name in wanted if name != "train"]
         return wanted, paths
 
@@ -71,16 +75,17 @@ class TextTask:
             json.dump(labels, f)
         return labels
 
-    def _load_or_make_vocabulary(self, train_texts):
-        """The run folder's vocabulary, else `data.vocabulary`, else one trained on `train_texts`."""
+    def _load_or_make_vocabulary(self, train_texts, name=VOCABULARY_FILE):
+        """The run folder's vocabulary `name`, else `data.vocabulary`, else one trained on
+        `train_texts`."""
         d = self.config.data
-        saved = os.path.join(self.run_dir, VOCABULARY_FILE)
+        saved = os.path.join(self.run_dir, name)
         if os.path.exists(saved):
             return load_vocabulary(saved)
         if d.vocabulary:
             vocabulary = load_vocabulary(d.vocabulary)
         else:
-            logger.info(f"training a WordPiece vocabulary of {d.vocabulary_size} pieces on {d.train}")
+            logger.info(f"training a WordPiece vocabulary of {d.vocabulary_size} pieces on {d.train} ({name})")
             vocabulary = train_vocabulary(train_texts, d.vocabulary_size, self.lowercase)
         save_vocabulary(vocabulary, saved)
         return vocabulary

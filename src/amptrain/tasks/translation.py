@@ -30,13 +30,12 @@ the weights; every worker of a multi-worker run decodes the same sentences.
 """
 
 import logging
-import os
 
 import numpy as np
 
 from amptrain.data.batching import round_up
 from amptrain.data.parallel import read_parallel
-from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
+from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
 from amptrain.errors import UserError
 from amptrain.tasks.common import VOCABULARY_FILE, TextTask, token_counts
 
@@ -80,13 +79,9 @@ class TranslationTask(TextTask):
 
     def prepare(self, split_names=("train", "dev", "test")):
         d = self.config.data
+        wanted, _ = self._wanted_splits(split_names)
+        # config.validate has checked that a split's target file is set when the format needs it.
         paths = {"train": (d.train, d.train_target), "dev": (d.dev, d.dev_target), "test": (d.test, d.test_target)}
-        if d.format == "parallel" and not d.train_target:
-            raise UserError("data.format is parallel: set data.train_target (and data.dev_target, data.test_target)")
-        learned = self._vocabulary_files()
-        wanted = [name for name in split_names if paths[name][0]]
-        if not all(self._saved(name) for name in learned) and "train" not in wanted:
-            wanted = ["train"] + wanted
         pairs = {name: read_parallel(*paths[name]) for name in wanted}
         self._make_tokenizers(pairs.get("train"))
         for name in (n for n in split_names if n in pairs):
@@ -104,7 +99,7 @@ class TranslationTask(TextTask):
             + (f", batches of {d.tokens_per_batch} padded tokens ({self._rows()} rows a bucket)" if d.tokens_per_batch else "")
         )
 
-    def _vocabulary_files(self):
+    def _learned_files(self):
         return [VOCABULARY_FILE] if self.config.data.shared_vocabulary else [SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE]
 
     def _make_tokenizers(self, train_pairs):
@@ -116,20 +111,12 @@ class TranslationTask(TextTask):
         if d.vocabulary:
             raise UserError("data.vocabulary names one vocabulary for both sides; set data.shared_vocabulary = true, "
                             "or leave data.vocabulary empty to learn one a side")
+        # data.vocabulary is empty here, so each side is the run folder's or one trained on that side.
         self.source_tokenizer, self.target_tokenizer = (
-            WordPiece(self._side_vocabulary(name, None if train_pairs is None else [getattr(p, side) for p in train_pairs]),
-                      self.lowercase)
+            WordPiece(self._load_or_make_vocabulary(None if train_pairs is None else [getattr(p, side) for p in train_pairs],
+                                                    name), self.lowercase)
             for name, side in ((SOURCE_VOCABULARY_FILE, "source"), (TARGET_VOCABULARY_FILE, "target"))
         )
-
-    def _side_vocabulary(self, name, texts):
-        path = os.path.join(self.run_dir, name)
-        if os.path.exists(path):
-            return load_vocabulary(path)
-        logger.info(f"training a WordPiece vocabulary of {self.config.data.vocabulary_size} pieces ({name})")
-        vocabulary = train_vocabulary(texts, self.config.data.vocabulary_size, self.lowercase)
-        save_vocabulary(vocabulary, path)
-        return vocabulary
 
     def _encode(self, name, path, pairs):
         return Split(name, path, pairs, self.source_tokenizer.encode([p.source for p in pairs]),
