@@ -332,3 +332,14 @@ def explain_lost_peer(error, cluster):
         f"{cluster.name()} of {cluster.num_workers}: {cause}. Rerun the same command on every worker (or the same "
         "`amptrain launch`) to resume from the last checkpoint."
     )
+
+
+def is_single_device(strategy):
+    """True for TensorFlow's default strategy and `OneDeviceStrategy`: one replica, whose
+    `merge_call` is a plain call, so XLA can compile a step's optimizer update along with
+    its forward and backward pass (MirroredStrategy's cannot be: its replicas run in
+    threads that meet in `merge_call`)."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import distribute_lib  # the default strategy's class is private
+
+    return isinstance(strategy, tf.distribute.OneDeviceStrategy) or strategy is distribute_lib._get_default_strategy()

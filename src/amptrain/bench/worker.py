@@ -26,11 +26,12 @@ import numpy as np
 from amptrain import config as config_lib
 
 
-def build_trainer(config, strategy=None, task=None):
+def build_trainer(config, strategy=None, task=None, fuse_step=True):
     """(task, model, trainer, policy) for `config`, built the way `amptrain fit` builds
     them: the task's training data (or `task`, prepared already) and model, AdamW, the
     precision's loss scaler, the `Trainer`. The benchmarks share this, so they time what
-    the engine runs."""
+    the engine runs. `fuse_step=False` keeps the optimizer update out of XLA even on one
+    device (the engine's path before the fused step, for comparison)."""
     from amptrain import distribute
     from amptrain.api import seed
     from amptrain.engine.optimizer import build_optimizer
@@ -51,7 +52,8 @@ def build_trainer(config, strategy=None, task=None):
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
-        trainer = Trainer(strategy, model, optimizer, task.loss_fn, scaler, config.runtime.jit_compile, config.train.clip_norm)
+        trainer = Trainer(strategy, model, optimizer, task.loss_fn, scaler, config.runtime.jit_compile, config.train.clip_norm,
+                          fuse_step=fuse_step)
     return task, model, trainer, policy
 
 
@@ -61,7 +63,7 @@ def measure_combination(spec):
     from amptrain.bench.flops import training_flops_per_token
 
     config = config_lib.load_config(spec["config"], spec["overrides"])
-    task, model, trainer, policy = build_trainer(config)
+    task, model, trainer, policy = build_trainer(config, fuse_step=spec.get("fuse_step", True))
     strategy = trainer.strategy
     dataset = task.train_dataset(0) if spec["data"] == "real" else _one_batch_repeated(task.train_dataset(0))
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
@@ -80,6 +82,7 @@ def measure_combination(spec):
         "mean_padded_length": mean_length,
         "flops_per_token": training_flops_per_token(model, mean_length),
         "skipped_steps": int(trainer.skipped_steps.numpy()),
+        "fused_step": trainer.fused,
         "peak_memory_bytes": _peak_memory(tf),
         "peak_memory_source": "GPU:0 peak (get_memory_info)" if tf.config.list_physical_devices("GPU") else "process peak RSS",
     }

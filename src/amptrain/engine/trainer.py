@@ -25,13 +25,19 @@ graph, so it holds for any `steps_per_execution` and under XLA.
 
 Why the functions are split the way they are (each a pitfall met, see
 docs/architecture.md): XLA cannot compile the op that pulls from a `tf.data` iterator,
-so only the replica's forward and backward pass is jit-compiled and the multi-step loop
-is an ordinary `tf.function`. A `tf.cond` around `optimizer.apply` inside a replica
-context fails (the optimizer calls `merge_call`), so the skip decision is taken in the
-cross-replica context.
+so the multi-step loop is an ordinary `tf.function` that pulls each step's batches and
+hands them to `_step`. On one device with `jit_compile` (`fused`), `_step` is one XLA
+cluster: forward and backward, reduce, skip decision, optimizer update, loss scaler,
+counters. Under several replicas only the replica's forward and backward pass is
+jit-compiled: their replicas meet in `merge_call`, which XLA cannot compile. A
+`tf.cond` around `optimizer.apply` inside a replica context fails (the optimizer calls
+`merge_call`), so the skip decision is taken in the cross-replica context (on one
+device, inside the compiled step).
 """
 
 import tensorflow as tf
+
+from amptrain.distribute import is_single_device
 
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
@@ -51,6 +57,7 @@ class Trainer:
         stop_on_nonfinite_loss=True,
         accumulation_steps=1,
         weight_average=None,
+        fuse_step=True,
     ):
         self.strategy = strategy
         self.model = model
@@ -74,6 +81,14 @@ class Trainer:
         self.skipped_steps = counter("skipped_steps")
         self.consecutive_skips = counter("consecutive_skips")
         self._forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
+        # One replica (the default strategy, OneDeviceStrategy) has no merge_call across
+        # replica threads, so XLA can compile the whole step after the iterator pull:
+        # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
+        self.fused = bool(fuse_step and jit_compile) and is_single_device(strategy)
+        if self.fused:
+            self._step = tf.function(self._step_impl, jit_compile=True, reduce_retracing=True)
+        else:
+            self._step = self._step_impl
         self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
         self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True)
@@ -140,12 +155,12 @@ class Trainer:
         if self.weight_average is not None:
             self.weight_average.update()
 
-    def _one_step(self, iterator):
-        """Runs and (if finite) applies one step; returns its numbers and why to stop."""
+    def _one_step(self, batches):
+        """Runs and (if finite) applies one step on its `accumulation_steps` micro-batches;
+        returns its numbers and why to stop."""
         scale = self._current_scale()
         accumulated = ()
-        for _ in range(self.accumulation_steps):  # unrolled: K is small, and each call is the same function
-            features, targets, token_counts = next(iterator)
+        for features, targets, token_counts in batches:  # unrolled: K is small, and each call is the same function
             accumulated = self.strategy.run(self._micro_step, args=(features, targets, token_counts, scale, *accumulated))
         results = self.strategy.run(self._reduce_step, args=accumulated)
         # After the all-reduces every replica holds the same values: read the first.
@@ -186,10 +201,16 @@ class Trainer:
         }
         done = tf.constant(0, tf.int64)
         while done < num_steps and totals["stop"] == RUNNING:
-            step, variable_finite, norm, tokens, scale, stop = self._one_step(iterator)
-            totals = _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, self.step.read_value())
+            batches = [next(iterator) for _ in range(self.accumulation_steps)]
+            totals = self._step(totals, batches)
             done += 1
         return totals
+
+    def _step_impl(self, totals, batches):
+        """One step on its pulled micro-batches, added to the call's totals: under XLA as
+        one cluster when `fused`, else in the loop's graph."""
+        step, variable_finite, norm, tokens, scale, stop = self._one_step(batches)
+        return _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, self.step.read_value())
 
     def _predict_loop_impl(self, features):
         result = self.strategy.run(self._predict_step, args=(features,))
