@@ -2,12 +2,14 @@
 en-es training pairs at `max_length` 64, with `data.bucketing` on and off (off: every
 batch padded to 64), alternated A/B in separate processes, each timed by the bench worker.
 
-    .venv/bin/python benchmarks/bucketing.py [--rounds 5] [--steps 60] [--num-buckets 6,8] [--set KEY=VALUE]...
+    .venv/bin/python benchmarks/bucketing.py [--rounds 5] [--steps 60] [--num-buckets 6,8] [--unfused] [--set KEY=VALUE]...
 
 The label (does the verse name God or the LORD, about 21% of verses) only gives the
 classifier something real to learn; the measurement is speed. Last line:
 `ratio R (ideal I, min …, max …, rounds N)`: R is real tokens/s with bucketing over
 without, I is padded over real tokens of the padded pipeline, the most bucketing can gain.
+`--unfused` keeps the optimizer update out of XLA (`Trainer(fuse_step=False)`, the
+engine's one-device path before the fused step), for comparison.
 """
 
 import argparse
@@ -45,6 +47,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--unfused", action="store_true", help="only the forward and backward pass under XLA")
     parser.add_argument("--num-buckets", default="", help="comma-separated data.num_buckets to try, each against "
                         "the same unbucketed runs (default: the config's); the last line is the first's")
     args = parser.parse_args()
@@ -61,7 +64,7 @@ def main():
                 if side not in ("off", None):
                     bucketing.append(f"data.num_buckets={side}")
                 spec = {"kind": "combination", "config": CONFIG, "overrides": [*base, *bucketing],
-                        "steps": args.steps, "repeats": 1, "data": "real"}
+                        "steps": args.steps, "repeats": 1, "data": "real", "fuse_step": not args.unfused}
                 results[side].append(run_worker(spec))
             print(f"round {round_ + 1}: " + ", ".join(f"{_name(side)} {results[side][-1]['real_tokens_per_second']:,.0f}"
                                                     for side in sides) + " real tokens/s", flush=True)

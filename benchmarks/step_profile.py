@@ -8,16 +8,21 @@ For each padded length 8, 16, ..., 64 a real batch of that shape (sentences of a
 that length) is served from memory, and three things are timed, shapes interleaved
 round by round (the median over rounds is reported):
 
-  step   a whole training step through `Trainer.train` (forward and backward under XLA,
-         the all-reduces, finiteness checks, the gradient norm, AdamW's update, counters);
+  step   a whole training step through `Trainer.train` (forward and backward, the
+         reduce, finiteness checks, the gradient norm, AdamW's update, counters), the
+         engine's one-device path: all of it one XLA cluster (`Trainer.fused`);
+  unfused  the same step with only the forward and backward pass under XLA and the rest
+         run by the TensorFlow executor (`fuse_step=False`: the path several replicas
+         take), on a second model built alike, timed next to it;
   fwd+bwd  the XLA-compiled forward and backward pass alone (`Trainer._forward_backward`);
   rest   step - fwd+bwd: what a step costs that does not depend on the batch's length.
 
 Then `step = a + b * padded tokens` fitted by least squares, what the per-shape step
 times predict for the bucketing ratio (an epoch of each plan at those times), AdamW's
-update alone, the input pipeline alone (the Python batch plan through `tf.data`, which
-runs beside the steps on the same 2 cores), and bucketing on against off with the real
-plans interleaved chunk by chunk in this one process, through the plan and from memory.
+update alone (outside XLA, and under XLA), the input pipeline alone (the Python batch
+plan through `tf.data`, which runs beside the steps on the same 2 cores), and bucketing
+on against off with the real plans interleaved chunk by chunk in this one process,
+through the plan and from memory (the fused trainer).
 """
 
 import argparse
@@ -71,11 +76,14 @@ def main():
         write_english_csv(data)
         config = config_lib.load_config(CONFIG, [*base_overrides(data), "data.bucketing=true", *args.set])
         task, model, trainer, policy = build_trainer(config)
+    _, _, unfused, _ = build_trainer(config, task=task, fuse_step=False)
+    assert trainer.fused and not unfused.fused, "the step profile wants one device and XLA"
     spe = config.runtime.steps_per_execution
     batch_size = config.train.batch_size
     lengths = list(range(8, config.data.max_length + 1, 8))
     batches = shape_batches(task, lengths, batch_size)
     iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
+    unfused_iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
     scale = trainer._current_scale()
 
     def fwd_bwd(batch):
@@ -86,64 +94,76 @@ def main():
     tensors = {n: tf.nest.map_structure(tf.constant, b) for n, b in batches.items()}
     for n in lengths:  # compile every shape first
         trainer.train(iterators[n], spe)
+        unfused.train(unfused_iterators[n], spe)
         fwd_bwd(tensors[n])
-    # AdamW's update alone, as the step runs it (outside XLA), on gradients of zeros.
-    zeros = [tf.zeros_like(v) for v in trainer.variables]
-    apply = tf.function(lambda: (trainer._apply(zeros), tf.constant(0))[1])
+    # AdamW's update alone, on gradients of zeros (the unfused trainer's model: its
+    # weights are timed but never compared): as the unfused step runs it, outside XLA,
+    # and compiled by XLA as the fused step runs it.
+    zeros = [tf.zeros_like(v) for v in unfused.variables]
+    apply = tf.function(lambda: (unfused._apply(zeros), tf.constant(0))[1])
+    apply_xla = tf.function(lambda: (unfused._apply(zeros), tf.constant(0))[1], jit_compile=True)
     apply().numpy()
-    apply_ms = []
-    step_ms, fb_ms = {n: [] for n in lengths}, {n: [] for n in lengths}
-    for round_ in range(args.rounds):
+    apply_xla().numpy()
+    apply_ms, apply_xla_ms = [], []
+    step_ms, unfused_ms, fb_ms = {n: [] for n in lengths}, {n: [] for n in lengths}, {n: [] for n in lengths}
+
+    def timed(call, times):
         started = time.perf_counter()
-        for _ in range(args.calls * spe):
-            apply().numpy()
-        apply_ms.append((time.perf_counter() - started) * 1e3 / (args.calls * spe))
+        for _ in range(times):
+            call()
+        return (time.perf_counter() - started) * 1e3
+
+    for round_ in range(args.rounds):
+        apply_ms.append(timed(lambda: apply().numpy(), args.calls * spe) / (args.calls * spe))
+        apply_xla_ms.append(timed(lambda: apply_xla().numpy(), args.calls * spe) / (args.calls * spe))
         for n in lengths if round_ % 2 == 0 else reversed(lengths):
-            started = time.perf_counter()
-            for _ in range(args.calls):
-                trainer.train(iterators[n], spe)
-            step_ms[n].append((time.perf_counter() - started) * 1e3 / (args.calls * spe))
-            started = time.perf_counter()
-            for _ in range(args.calls * spe):
-                fwd_bwd(tensors[n])
-            fb_ms[n].append((time.perf_counter() - started) * 1e3 / (args.calls * spe))
+            pair = [(step_ms, trainer, iterators), (unfused_ms, unfused, unfused_iterators)]
+            for times, side, side_iterators in pair if round_ % 2 == 0 else reversed(pair):
+                times[n].append(timed(lambda: side.train(side_iterators[n], spe), args.calls) / (args.calls * spe))
+            fb_ms[n].append(timed(lambda: fwd_bwd(tensors[n]), args.calls * spe) / (args.calls * spe))
 
     print(f"policy {policy}, batch {batch_size}, {spe} steps a graph call, XLA {config.runtime.jit_compile}, "
           f"{args.rounds} rounds of {args.calls} calls a shape")
-    print(f"{'length':>6} {'padded tok':>10} {'step ms':>8} {'min':>6} {'max':>6} {'fwd+bwd ms':>10} {'rest ms':>7} {'us/padded tok':>13}")
+    print(f"{'length':>6} {'padded tok':>10} {'step ms':>8} {'min':>6} {'max':>6} {'unfused':>8} {'min':>6} "
+          f"{'fwd+bwd ms':>10} {'rest ms':>7} {'unfused':>7} {'us/padded tok':>13}")
     table = []
     for n in lengths:
-        step, fb = statistics.median(step_ms[n]), statistics.median(fb_ms[n])
+        step, old, fb = statistics.median(step_ms[n]), statistics.median(unfused_ms[n]), statistics.median(fb_ms[n])
         tokens = n * batch_size
-        table.append((tokens, step, fb))
-        print(f"{n:>6} {tokens:>10,} {step:>8.2f} {min(step_ms[n]):>6.2f} {max(step_ms[n]):>6.2f} {fb:>10.2f} "
-              f"{step - fb:>7.2f} {step * 1e3 / tokens:>13.2f}")
-    tokens, steps, fbs = (np.array(column, float) for column in zip(*table))
+        table.append((tokens, step, old, fb))
+        print(f"{n:>6} {tokens:>10,} {step:>8.2f} {min(step_ms[n]):>6.2f} {max(step_ms[n]):>6.2f} {old:>8.2f} "
+              f"{min(unfused_ms[n]):>6.2f} {fb:>10.2f} {step - fb:>7.2f} {old - fb:>7.2f} {step * 1e3 / tokens:>13.2f}")
+    tokens, steps, olds, fbs = (np.array(column, float) for column in zip(*table))
     b, a = np.polyfit(tokens, steps, 1)
+    old_b, old_a = np.polyfit(tokens, olds, 1)
     fb_b, fb_a = np.polyfit(tokens, fbs, 1)
     mins = np.array([min(step_ms[n]) for n in lengths])
     min_b, min_a = np.polyfit(tokens, mins, 1)
     print(f"fit of the medians: step ms = {a:.2f} + {b * 1e3:.2f} us x padded tokens "
-          f"(fwd+bwd alone: {fb_a:.2f} + {fb_b * 1e3:.2f} us x padded tokens); "
+          f"(unfused: {old_a:.2f} + {old_b * 1e3:.2f}; fwd+bwd alone: {fb_a:.2f} + {fb_b * 1e3:.2f}); "
           f"of the fastest rounds: {min_a:.2f} + {min_b * 1e3:.2f} us x padded tokens")
-    print(f"AdamW's update alone (outside XLA, {len(trainer.variables)} variables, "
-          f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,} parameters): "
-          f"{statistics.median(apply_ms):.2f} ms a step (min {min(apply_ms):.2f}, max {max(apply_ms):.2f})")
+    print(f"unfused step - fused step, median over shapes: {statistics.median(olds - steps):.2f} ms "
+          f"(min {min(olds - steps):.2f}, max {max(olds - steps):.2f})")
+    print(f"AdamW's update alone ({len(trainer.variables)} variables, "
+          f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,} parameters), a graph call of its own: "
+          f"outside XLA {statistics.median(apply_ms):.2f} ms (min {min(apply_ms):.2f}, max {max(apply_ms):.2f}), "
+          f"under XLA {statistics.median(apply_xla_ms):.2f} ms (min {min(apply_xla_ms):.2f}, max {max(apply_xla_ms):.2f})")
 
     # What the fit predicts for benchmarks/bucketing.py's ratio.
     split_lengths = task.splits["train"].lengths
-    medians, fastest = dict(zip(lengths, steps)), dict(zip(lengths, mins))
+    medians, fastest, unfused_medians = dict(zip(lengths, steps)), dict(zip(lengths, mins)), dict(zip(lengths, olds))
     epochs = {}
     for name, boundaries in (("off", [lengths[-1]]), ("on", bucket_boundaries(split_lengths, config.data.max_length, config.data.num_buckets, batch_size))):
         epoch = BatchPlan(split_lengths, batch_size, boundaries, seed=0).epoch(0)
         padded = sum(len(indices) * length for indices, length in epoch)
-        seconds = [sum(times[length] for _, length in epoch) / 1e3 for times in (medians, fastest)]
+        seconds = [sum(times[length] for _, length in epoch) / 1e3 for times in (medians, fastest, unfused_medians)]
         epochs[name] = (padded, *seconds)
         print(f"bucketing {name}: boundaries {boundaries}, padded/real {padded / split_lengths.sum():.3f}, "
-              f"an epoch of {len(epoch)} steps at the measured step times: {seconds[0]:.2f} s (fastest rounds {seconds[1]:.2f} s)")
-    (off_padded, off_median, off_fastest), (on_padded, on_median, on_fastest) = epochs["off"], epochs["on"]
-    print(f"predicted ratio {off_median / on_median:.2f} (fastest rounds {off_fastest / on_fastest:.2f}; "
-          f"if time were proportional to padded tokens: {off_padded / on_padded:.2f})")
+              f"an epoch of {len(epoch)} steps at the measured step times: {seconds[0]:.2f} s (fastest rounds "
+              f"{seconds[1]:.2f} s; unfused {seconds[2]:.2f} s)")
+    (off_padded, off_median, off_fastest, off_unfused), (on_padded, on_median, on_fastest, on_unfused) = epochs["off"], epochs["on"]
+    print(f"predicted ratio {off_median / on_median:.2f} (fastest rounds {off_fastest / on_fastest:.2f}; unfused "
+          f"{off_unfused / on_unfused:.2f}; if time were proportional to padded tokens: {off_padded / on_padded:.2f})")
 
     dataset = task.train_dataset(0)
     count, started = 0, time.perf_counter()
