@@ -111,14 +111,19 @@ class Trainer:
             local_mean = loss_sum / tf.maximum(count, 1.0)
             scaled = local_mean * scale
         gradients = tape.gradient(scaled, self.variables)
-        return loss_sum, count, gradients
+        # Dense here, not in the caller: an embedding's gradient is an IndexedSlices
+        # whose `dense_shape` would leave this function as an output, and XLA needs it as
+        # a compile-time constant to densify it; a constant that comes out of a function
+        # call makes XLA treat every input of that call (the batch, every weight) as a
+        # constant, so the fused step would recompile on every call.
+        return loss_sum, count, [tf.convert_to_tensor(g) for g in gradients]
 
     def _micro_step(self, features, targets, token_counts, scale, *accumulated):
         """One micro-batch on this replica: its loss sum, target count, the unscaled
         gradient of its loss *sum* (float32), and its real and padded tokens; added to
         `accumulated` (the same four) when given."""
         loss_sum, count, gradients = self._forward_backward(features, targets, scale)
-        gradients = [tf.convert_to_tensor(g) * (count / scale) for g in gradients]
+        gradients = [g * (count / scale) for g in gradients]
         tokens = tf.reduce_sum(tf.cast(token_counts, tf.int64), axis=0)
         if not accumulated:
             return loss_sum, count, gradients, tokens
