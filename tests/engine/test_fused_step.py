@@ -137,3 +137,46 @@ def test_a_checkpoint_restores_into_a_compiled_fused_step(tiny, tmp_path):
     assert fresh.restore_latest() == 3
     resumed.train(iter(task.train_dataset(3)), 3)
     assert all(np.array_equal(a, b) for a, b in zip(first, state(resumed)))
+
+
+# Run in a fresh process: TensorFlow reads TF_CPP_VMODULE once, when it loads, and at
+# level 1 its device compiler logs one line for each XLA compile it does.
+COMPILE_COUNT_SCRIPT = """
+import sys
+import tensorflow as tf
+from amptrain import config as config_lib
+from amptrain.bench.worker import build_trainer
+
+for path in sys.argv[1:]:
+    config = config_lib.load_config(path, ["runtime.jit_compile=true", "runtime.steps_per_execution=2"])
+    task, _, trainer, _ = build_trainer(config)
+    assert trainer.fused
+    batch = next(iter(task.train_dataset(0)))
+    iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
+    for _ in range(4):  # the weights, slots, scale and seeds change after every step
+        trainer.train(iterator, 2)
+    print("calls done:", path, file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_fused_step_compiles_once_for_a_batch_shape(tiny, tiny_ner, tiny_translation):
+    """Four graph calls of two steps on one batch shape: one XLA compile, not one a call.
+    (An output of a nested function that XLA needs as a constant once made it take the
+    batch and every weight as constants: 8-10 s of compiling on every call, at 36 ms a step.)"""
+    import os
+    import subprocess
+    import sys
+
+    configs = [str(folder / "tiny.toml") for folder in (tiny, tiny_ner, tiny_translation)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "device_compiler=1"}
+    result = subprocess.run([sys.executable, "-c", COMPILE_COUNT_SCRIPT, *configs], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    compiles, counts = 0, {}
+    for line in result.stderr.splitlines():
+        if "Compilation of XLA executable time" in line:
+            compiles += 1
+        elif line.startswith("calls done: "):
+            counts[line.split()[-1]], compiles = compiles, 0
+    assert counts == {path: 1 for path in configs}
