@@ -8,8 +8,9 @@ global dtype policy, `model.compile(..., steps_per_execution=K, jit_compile=...)
 `model.fit` on a batched, prefetched `tf.data.Dataset` (for `mixed_float16` Keras wraps the
 optimizer in its `LossScaleOptimizer`). Both sides build the model with the task's
 builder, train with AdamW under the same schedule, warm up on batches [0, K) (tracing
-and compiling) and are timed on batches [K, K + steps) of the same batch plan, so they
-see identical batches. Classification configs only (the recipe needs a Keras loss).
+and compiling) and on K copies of one batch of each bucket length (so that no shape is
+compiled while timed), and are timed on batches [K, K + steps) of the same batch plan, so
+they see identical batches. Classification configs only (the recipe needs a Keras loss).
 
 Each measurement is a process of its own, alternated keras/engine/engine/keras/... for
 `rounds` rounds. The last line is the ratio of real tokens/s, engine over Keras:
@@ -45,6 +46,19 @@ def real_tokens(task, start, steps):
     return sum(int(counts[:, 0].numpy().sum()) for _, _, counts in task.train_dataset(start).take(steps))
 
 
+def every_shape(task, spe):
+    """One batch of each bucket's padded length, each `spe` times: the warm-up after which
+    neither side meets a shape it has not compiled while timed. (Each bucket shape is a
+    trace and an XLA compile of 1 to 3 s on both sides; with them in the 60 timed steps,
+    the ratio would compare compile times as much as steps.)"""
+    import tensorflow as tf
+
+    from amptrain.bench.worker import one_batch_per_shape
+
+    batches = one_batch_per_shape(task).take(len(task.boundaries))
+    return batches.flat_map(lambda *batch: tf.data.Dataset.from_tensors(batch).repeat(spe))
+
+
 def measure_keras(config, task, steps):
     import keras
 
@@ -62,6 +76,7 @@ def measure_keras(config, task, steps):
         return dataset.map(lambda features, targets, counts: (features, targets["labels"], targets["weights"]))
 
     model.fit(recipe(task.train_dataset(0)), epochs=1, steps_per_epoch=spe, verbose=0)  # trace, compile
+    model.fit(recipe(every_shape(task, spe)), epochs=1, steps_per_epoch=len(task.boundaries) * spe, verbose=0)
     started = time.perf_counter()
     model.fit(recipe(task.train_dataset(spe)), epochs=1, steps_per_epoch=steps, verbose=0)
     return time.perf_counter() - started
@@ -77,6 +92,9 @@ def measure_engine(config, task, steps):
     spe = config.runtime.steps_per_execution
     iterator = iter(task.train_dataset(0))
     trainer.train(iterator, spe)  # trace, compile
+    shapes = iter(every_shape(task, spe))
+    for _ in task.boundaries:
+        trainer.train(shapes, spe)
     first = int(trainer.step.numpy())
     started = time.perf_counter()
     tokens = 0

@@ -71,7 +71,7 @@ def measure_combination(spec):
     warmup = spec.get("warmup_steps") or (max(spe, 48) if spec["data"] == "real" else spe)
     shapes = None
     if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
-        shapes = (iter(strategy.experimental_distribute_dataset(_one_batch_per_shape(task))), len(task.boundaries))
+        shapes = (iter(strategy.experimental_distribute_dataset(one_batch_per_shape(task))), len(task.boundaries))
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
     batches = max(timing["steps_run"], 1)
     mean_length = timing["padded_tokens"] / (batches * config.train.batch_size)
@@ -135,7 +135,7 @@ def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, rep
     }
 
 
-def _one_batch_per_shape(task):
+def one_batch_per_shape(task):
     """The first training batch of each padded length (bucket) in the plan, in that
     order: a warm-up that makes XLA compile every shape a timed step can meet. (The rare
     shortest bucket may have one batch an epoch, which 48 shuffled steps would miss.)"""
