@@ -110,6 +110,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
         primary_metric=task.primary_metric,
         has_dev="dev" in task.splits,
         has_test="test" in task.splits,
+        bucket_rows=tuple(zip(task.boundaries, task.batch_rows())) if config.data.tokens_per_batch else (),
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir)

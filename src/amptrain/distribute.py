@@ -250,6 +250,26 @@ def check_batch_size(batch_size, strategy):
         )
 
 
+def check_token_batches(bucket_rows, tokens_per_batch, strategy):
+    """Under data.tokens_per_batch every bucket's rows (a multiple of 8 where 8 fit,
+    `data.batching.rows_for_tokens`) must split evenly over the replicas too;
+    `bucket_rows`: (length, rows) a bucket."""
+    replicas = strategy.num_replicas_in_sync
+    uneven = [(length, rows) for length, rows in bucket_rows if rows % replicas]
+    if not uneven:
+        return
+    length, rows = max(uneven)
+    if 8 % replicas:
+        fix = ("a token batch has a multiple of 8 rows where 8 fit: use a replica count that divides 8, "
+               "or batch by rows (train.batch_size, without data.tokens_per_batch)")
+    else:
+        fix = f"raise it to at least {8 * length}, so that every bucket's batches have a multiple of 8 rows"
+    raise ConfigError(
+        f"data.tokens_per_batch: every batch must split evenly over the {replicas} replicas, but "
+        f"{tokens_per_batch} tokens give batches of {rows} rows of {length} pieces; {fix}"
+    )
+
+
 def distribute_batches(strategy, make_dataset):
     """A distributed dataset whose replica r gets slice r of each global batch that
     `make_dataset()` yields (see the module docstring)."""

@@ -49,6 +49,7 @@ def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     first = results["rows"][0]
     assert first["speedup"] == 1.0 and 0 < first["mfu"] < 1 and first["peak_memory_bytes"] > 0
     assert first["real_tokens"] == 2 * 8 * 32  # 2 steps of 8 rows, all 32 pieces long (every row is truncated)
+    assert first["examples"] == 2 * 8
     report = (bench / "report.md").read_text()
     assert "matrix product, measured in this run" in report and "| MFU |" in report
     assert (bench / "throughput.png").stat().st_size > 0 and (bench / "memory.png").stat().st_size > 0
@@ -114,3 +115,24 @@ def test_max_batch_reports_why_a_trial_failed(monkeypatch):
     largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**30, start=32, progress=lines.append)
     assert largest is None and tried == {32: None}
     assert lines == ["  float32: batch 32 failed (ValueError: something broke) does not fit"]
+
+
+def test_a_token_batched_config_is_timed_by_its_rows(tiny_translation, capsys):
+    """Under `data.tokens_per_batch` the rows vary by bucket: the bench counts the rows
+    the trainer ran (examples/s, and the mean padded length behind the attention FLOPs)
+    and labels the batch by its budget; options that set `train.batch_size` are refused."""
+    config = str(tiny_translation / "tiny.toml")
+    run_dir = str(tiny_translation / "bench-run")
+    status = main(["bench", config, "--run-dir", run_dir, "--precisions", "float32", "--jit", "off",
+                   "--steps-per-execution", "1", "--steps", "3", "--repeats", "1"])
+    assert status == 0
+    assert "320 tok" in capsys.readouterr().out
+    (result,) = json.loads(open(f"{run_dir}/bench/results.json").read())["rows"]
+    assert result["batch_size"] is None and result["tokens_per_batch"] == 320
+    # Buckets of 24 and 40 pieces at most: 320 tokens fit 13 and 8 rows, rounded down to
+    # a multiple of 8: every batch has 8 rows, whatever train.batch_size (32) says.
+    assert result["examples"] == 8 * result["steps_run"] == 24
+    assert result["mean_padded_length"] == pytest.approx(result["padded_tokens"] / 24)
+    for option in (["--batch-sizes", "8,16"], ["--max-batch"]):
+        assert main(["bench", config, "--run-dir", run_dir, *option]) == 2
+        assert f"{option[0]}: this config batches by tokens (data.tokens_per_batch = 320)" in capsys.readouterr().err

@@ -205,6 +205,27 @@ def test_global_batch_must_split_evenly():
     distribute.check_batch_size(9, ThreeReplicas())
 
 
+def test_token_batches_must_split_evenly():
+    from amptrain.data.batching import rows_for_tokens
+
+    class Replicas:
+        def __init__(self, n):
+            self.num_replicas_in_sync = n
+
+    def buckets(tokens):  # buckets of 24 and 40 pieces
+        return tuple(zip((24, 40), rows_for_tokens((24, 40), tokens)))
+
+    assert buckets(320) == ((24, 8), (40, 8)) and buckets(100) == ((24, 4), (40, 2))
+    distribute.check_token_batches(buckets(320), 320, Replicas(8))
+    distribute.check_token_batches(buckets(100), 100, Replicas(2))
+    with pytest.raises(ConfigError, match=r"data.tokens_per_batch: every batch must split evenly over the 4 replicas, "
+                                          r"but 100 tokens give batches of 2 rows of 40 pieces; raise it to at least 320"):
+        distribute.check_token_batches(buckets(100), 100, Replicas(4))
+    with pytest.raises(ConfigError, match=r"over the 3 replicas, but 320 tokens give batches of 8 rows of 40 pieces; "
+                                          r"a token batch has a multiple of 8 rows where 8 fit: use a replica count"):
+        distribute.check_token_batches(buckets(320), 320, Replicas(3))
+
+
 def test_strategy_selection_and_its_errors(tiny):
     from amptrain.config import load_config
 

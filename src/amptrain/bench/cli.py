@@ -58,9 +58,12 @@ def grid_from_args(args):
 
 def bench(args):
     from amptrain.bench import report
-    from amptrain.bench.runner import find_max_batch, parse_memory, run_bench
+    from amptrain import config as config_lib
+    from amptrain.bench.runner import find_max_batch, parse_memory, refuse_batch_sizes, run_bench
 
     grid = grid_from_args(args)
+    if args.max_batch:  # before the grid is measured, not after
+        refuse_batch_sizes(config_lib.load_config(args.config, args.overrides), "--max-batch")
     memory_limit = parse_memory(args.memory_limit) if args.memory_limit else None
     run_dir = args.run_dir or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
     out_dir = os.path.abspath(os.path.join(run_dir, "bench"))

@@ -29,6 +29,8 @@ _MILLISECONDS = ("step_time_p50", "step_time_p10", "step_time_p90")
 
 
 def _cell(row, key, form):
+    if key == "batch_size" and row.get("tokens_per_batch"):
+        return batch_label(row)
     value = row.get(key)
     if value is None:
         return "-"
@@ -39,6 +41,12 @@ def _cell(row, key, form):
     if key == "jit":
         return "on" if value else "off"
     return form.format(value)
+
+
+def batch_label(row):
+    """The batch column: its rows, or its token budget under `data.tokens_per_batch`
+    (whose rows vary by bucket; `examples/s` counts them)."""
+    return f"{row['tokens_per_batch']} tok" if row.get("tokens_per_batch") else str(row["batch_size"])
 
 
 def format_table(rows, markdown=False):
@@ -132,7 +140,7 @@ def write_plots(rows, out_dir):
     import matplotlib.pyplot as plt
 
     labels = [f"{r['precision'].replace('mixed_', '')}\nXLA {'on' if r['jit'] else 'off'}\nspe {r['steps_per_execution']}"
-              f"\nbatch {r['batch_size']}" for r in rows]
+              f"\nbatch {batch_label(r)}" for r in rows]
     charts = (
         ("throughput.png", "real tokens/s", [r["real_tokens_per_second"] for r in rows]),
         ("memory.png", "peak memory (MiB)", [r["peak_memory_bytes"] / 2**20 for r in rows]),

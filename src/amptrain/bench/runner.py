@@ -84,11 +84,15 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
     return rows
 
 
-def add_ratios(rows, peaks, default_batch_size):
+def add_ratios(rows, peaks, default_batch_size, tokens_per_batch=0):
     """MFU (real and padded tokens) and the speed-up against the float32 / no-XLA / spe=1
-    row (of the same batch size); rows without such a baseline get None."""
+    row (of the same batch size); rows without such a baseline get None. Under
+    `data.tokens_per_batch` a row's `batch_size` is None and `tokens_per_batch` says it."""
     for row in rows:
-        row["batch_size"] = row["batch_size"] or default_batch_size
+        if tokens_per_batch:
+            row["batch_size"], row["tokens_per_batch"] = None, tokens_per_batch
+        else:
+            row["batch_size"] = row["batch_size"] or default_batch_size
         peak, source = peaks[row["precision"]]
         row["peak_flops"], row["peak_source"] = peak, source
         row["mfu"] = row["flops_per_token"] * row["real_tokens_per_second"] / peak
@@ -101,6 +105,15 @@ def add_ratios(rows, peaks, default_batch_size):
     return rows
 
 
+def refuse_batch_sizes(config, option):
+    """`--batch-sizes` and `--max-batch` set `train.batch_size`, which a config with
+    `data.tokens_per_batch` ignores: they would time the same batches under other labels."""
+    if option and config.data.tokens_per_batch:
+        raise UserError(f"{option}: this config batches by tokens (data.tokens_per_batch = "
+                        f"{config.data.tokens_per_batch}), so train.batch_size, which {option} sets, is not used; "
+                        "vary the budget with --set data.tokens_per_batch=N instead")
+
+
 def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progress=print):
     """Measures every combination and writes results.json, report.md and plots into `out_dir`."""
     from amptrain import config as config_lib
@@ -109,10 +122,12 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
     config = config_lib.load_config(config_path, overrides)  # a config error stops us here
     if steps < 1 or repeats < 1:
         raise UserError(f"--steps and --repeats: expected integers >= 1, received {steps} and {repeats}")
+    refuse_batch_sizes(config, "--batch-sizes" if grid.batch_sizes != (None,) else None)
     os.makedirs(out_dir, exist_ok=True)
     progress("measuring the hardware peak")
     peaks = hardware_peaks(grid.precisions)
-    rows = add_ratios(measure_rows(config_path, overrides, grid, steps, repeats, data, progress), peaks, config.train.batch_size)
+    rows = add_ratios(measure_rows(config_path, overrides, grid, steps, repeats, data, progress), peaks,
+                      config.train.batch_size, config.data.tokens_per_batch)
     float32_peak = peaks.get("float32") or next(iter(peaks.values()))
     results = {
         "config": os.path.abspath(config_path),

@@ -73,12 +73,12 @@ def measure_combination(spec):
     if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
         shapes = (iter(strategy.experimental_distribute_dataset(one_batch_per_shape(task))), len(task.boundaries))
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
-    batches = max(timing["steps_run"], 1)
-    mean_length = timing["padded_tokens"] / (batches * config.train.batch_size)
+    # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
+    mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
     return {
         **timing,
         "policy": policy,
-        "examples_per_second": batches * config.train.batch_size / timing["seconds"],
+        "examples_per_second": timing["examples"] / timing["seconds"],
         "mean_padded_length": mean_length,
         "flops_per_token": training_flops_per_token(model, mean_length),
         "skipped_steps": int(trainer.skipped_steps.numpy()),
@@ -101,7 +101,7 @@ def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, rep
     for _ in range(steps_per_execution, warmup_steps, steps_per_execution):
         trainer.train(iterator, steps_per_execution)
     warmup_seconds = time.perf_counter() - started
-    step_times, seconds, tokens, steps_run, stopped = [], 0.0, np.zeros(2, np.int64), 0, 0
+    step_times, seconds, tokens, examples, steps_run, stopped = [], 0.0, np.zeros(2, np.int64), 0, 0, 0
     for _ in range(repeats):
         done = 0
         started = time.perf_counter()
@@ -114,6 +114,7 @@ def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, rep
             if ran:
                 step_times += [(time.perf_counter() - call_started) / ran] * ran
             tokens += totals["tokens"]
+            examples += int(totals["examples"])
             done += ran
             stopped = int(totals["stop"])
         seconds += time.perf_counter() - started
@@ -125,6 +126,7 @@ def _time_steps(trainer, iterator, steps_per_execution, warmup_steps, steps, rep
         "seconds": seconds,
         "steps_run": steps_run,
         "stopped": stopped,
+        "examples": examples,
         "real_tokens": int(tokens[0]),
         "padded_tokens": int(tokens[1]),
         "real_tokens_per_second": tokens[0] / seconds,

@@ -53,6 +53,8 @@ class Job:
     primary_metric: str
     has_dev: bool = True
     has_test: bool = True
+    # Under data.tokens_per_batch: (bucket length, rows) of each bucket's batches.
+    bucket_rows: tuple = ()
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None):
@@ -64,7 +66,9 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     strategy = placement.strategy
     write_dir = write_dir or run_dir
     t = config.train
-    if not config.data.tokens_per_batch:  # token batches: rows are multiples of 8 (data.batching.rows_for_tokens)
+    if config.data.tokens_per_batch:
+        distribute.check_token_batches(job.bucket_rows, config.data.tokens_per_batch, strategy)
+    else:
         distribute.check_batch_size(t.batch_size, strategy)
     # A step is `accumulation_steps` batches of the task's plan.
     steps_per_epoch = max(1, job.steps_per_epoch // t.accumulation_steps)

@@ -120,11 +120,13 @@ class Trainer:
 
     def _micro_step(self, features, targets, token_counts, scale, *accumulated):
         """One micro-batch on this replica: its loss sum, target count, the unscaled
-        gradient of its loss *sum* (float32), and its real and padded tokens; added to
-        `accumulated` (the same four) when given."""
+        gradient of its loss *sum* (float32), and its real tokens, padded tokens and rows
+        (examples: rows with a real token); added to `accumulated` (the same four) when given."""
         loss_sum, count, gradients = self._forward_backward(features, targets, scale)
         gradients = [g * (count / scale) for g in gradients]
-        tokens = tf.reduce_sum(tf.cast(token_counts, tf.int64), axis=0)
+        token_counts = tf.cast(token_counts, tf.int64)
+        rows = tf.reduce_sum(tf.cast(token_counts[:, 0] > 0, tf.int64), keepdims=True)
+        tokens = tf.concat([tf.reduce_sum(token_counts, axis=0), rows], axis=0)
         if not accumulated:
             return loss_sum, count, gradients, tokens
         previous_sum, previous_count, previous_gradients, previous_tokens = accumulated
@@ -196,6 +198,7 @@ class Trainer:
             "overflow_steps": tf.constant(0, tf.int64),
             "nonfinite_steps": tf.constant(0, tf.int64),
             "tokens": tf.zeros([2], tf.int64),  # real, padded
+            "examples": tf.constant(0, tf.int64),  # rows: a token batch's vary by bucket
             "grad_norm": tf.constant(0.0),  # of the last applied step (not NaN: check-numerics would stop on it)
             "stop": tf.constant(RUNNING),
             # The first overflow of the call: its step, the scale it ran with, and which
@@ -248,7 +251,8 @@ def _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, step_n
         "applied_steps": totals["applied_steps"] + tf.cast(step["applied"], tf.int64),
         "overflow_steps": totals["overflow_steps"] + tf.cast(overflow, tf.int64),
         "nonfinite_steps": totals["nonfinite_steps"] + tf.cast(step["nonfinite"], tf.int64),
-        "tokens": totals["tokens"] + tokens,
+        "tokens": totals["tokens"] + tokens[:2],
+        "examples": totals["examples"] + tokens[2],
         "grad_norm": tf.where(step["applied"], norm, totals["grad_norm"]),
         "stop": stop,
         "overflow_step": tf.where(first_overflow, step_number, totals["overflow_step"]),

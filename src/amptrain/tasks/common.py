@@ -96,13 +96,13 @@ class TextTask:
         d = self.config.data
         return bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size) if d.bucketing else [round_up(d.max_length)]
 
-    def _rows(self):
+    def batch_rows(self):
         """Rows a batch: train.batch_size, or each bucket's under data.tokens_per_batch."""
         tokens = self.config.data.tokens_per_batch
         return rows_for_tokens(self.boundaries, tokens) if tokens else self.config.train.batch_size
 
     def _plan(self, split, shuffle):
-        return BatchPlan(split.lengths, self._rows(), self.boundaries, self.config.runtime.seed, shuffle)
+        return BatchPlan(split.lengths, self.batch_rows(), self.boundaries, self.config.runtime.seed, shuffle)
 
     def _dataset(self, split, plan, start_step=0, num_steps=None):
         from amptrain.data.pipeline import plan_dataset

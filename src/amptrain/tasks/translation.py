@@ -96,7 +96,7 @@ class TranslationTask(TextTask):
         logger.info(
             f"data: {len(first.pairs)} {first.name} pairs, {sizes}, {first.truncated} cut to {d.max_length} pieces, "
             f"bucket lengths {self.boundaries}"
-            + (f", batches of {d.tokens_per_batch} padded tokens ({self._rows()} rows a bucket)" if d.tokens_per_batch else "")
+            + (f", batches of {d.tokens_per_batch} padded tokens ({self.batch_rows()} rows a bucket)" if d.tokens_per_batch else "")
         )
 
     def _learned_files(self):
