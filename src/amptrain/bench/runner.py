@@ -108,7 +108,7 @@ def add_ratios(rows, peaks, default_batch_size, tokens_per_batch=0):
 def refuse_batch_sizes(config, option):
     """`--batch-sizes` and `--max-batch` set `train.batch_size`, which a config with
     `data.tokens_per_batch` ignores: they would time the same batches under other labels."""
-    if option and config.data.tokens_per_batch:
+    if config.data.tokens_per_batch:
         raise UserError(f"{option}: this config batches by tokens (data.tokens_per_batch = "
                         f"{config.data.tokens_per_batch}), so train.batch_size, which {option} sets, is not used; "
                         "vary the budget with --set data.tokens_per_batch=N instead")
@@ -122,7 +122,8 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
     config = config_lib.load_config(config_path, overrides)  # a config error stops us here
     if steps < 1 or repeats < 1:
         raise UserError(f"--steps and --repeats: expected integers >= 1, received {steps} and {repeats}")
-    refuse_batch_sizes(config, "--batch-sizes" if grid.batch_sizes != (None,) else None)
+    if grid.batch_sizes != (None,):
+        refuse_batch_sizes(config, "--batch-sizes")
     os.makedirs(out_dir, exist_ok=True)
     progress("measuring the hardware peak")
     peaks = hardware_peaks(grid.precisions)
