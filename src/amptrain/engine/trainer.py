@@ -155,6 +155,15 @@ class Trainer:
     def _predict_impl(self, features):
         return self.model(features, training=False)
 
+    def _predict_replica(self, features):
+        # A plain function, not the compiled one, goes to `strategy.run`: given a
+        # jit-compiled `tf.function`, MirroredStrategy (on anything but all-GPU devices)
+        # clones it around *all* the replicas' calls, so one XLA cluster placed on the
+        # first device reads the other replicas' variables ("Trying to access resource
+        # .../replica_1 located in device CPU:1 from device CPU:0"). Called from here,
+        # each replica runs its own compiled call on its own device, like `_micro_step`.
+        return self._predict_step(features)
+
     # === Cross-replica context ===
 
     def _apply(self, gradients):
@@ -221,7 +230,7 @@ class Trainer:
         return _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, self.step.read_value())
 
     def _predict_loop_impl(self, features):
-        result = self.strategy.run(self._predict_step, args=(features,))
+        result = self.strategy.run(self._predict_replica, args=(features,))
         return tf.nest.map_structure(lambda v: self.strategy.gather(v, axis=0), result)
 
     # === Eager entry points ===
