@@ -57,14 +57,17 @@ def _fit(config, run_dir, write_dir, cluster):
         # collectives). The chief learns the vocabulary and labels into the run folder
         # first; the others then read them, so every worker tokenises alike.
         placement = distribute.select_strategy(config.runtime, cluster)
+        _check_split(config, placement.strategy)
         if cluster.is_chief:
             task.prepare()
         distribute.barrier(placement.strategy)
         if not cluster.is_chief:
             task.prepare()
     else:
-        task.prepare()  # reads and checks the data first: a bad row stops the run here
         placement = distribute.select_strategy(config.runtime, cluster)
+        _check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
+        task.prepare()  # reads and checks the data: a bad row stops the run here
+    _check_split(config, placement.strategy, task)
 
     try:
         if not config.runtime.check_numerics:
@@ -89,6 +92,19 @@ def _fit(config, run_dir, write_dir, cluster):
     return {"run_dir": run_dir, "test": test_metrics}
 
 
+def _check_split(config, strategy, task=None):
+    """Refuses a global batch the replicas cannot share, naming the sizes that would work.
+    `train.batch_size` is checked before any work; token batches, whose rows depend on the
+    bucket lengths the data gives, once the task is prepared (`task`)."""
+    from amptrain import distribute
+
+    tokens = config.data.tokens_per_batch
+    if not tokens and task is None:
+        distribute.check_batch_size(config.train.batch_size, strategy)
+    elif tokens and task is not None:
+        distribute.check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), tokens, strategy)
+
+
 def _train(task, config, run_dir, write_dir, cluster, placement):
     """Builds the model under the strategy and trains; returns the test metrics.
 
@@ -110,7 +126,6 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
         primary_metric=task.primary_metric,
         has_dev="dev" in task.splits,
         has_test="test" in task.splits,
-        bucket_rows=tuple(zip(task.boundaries, task.batch_rows())) if config.data.tokens_per_batch else (),
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir)

@@ -25,6 +25,13 @@ def test_ratios_against_the_float32_no_xla_spe1_row():
     assert rows[2]["mfu"] == pytest.approx(1000 * 250 / 2e6)
 
 
+def test_a_data_sheet_peak_counts_every_accelerator_and_a_measured_cpu_peak_once():
+    rows = [{**row("float32", False, 1, 100.0), "num_replicas": 2}, {**row("mixed_bfloat16", False, 1, 100.0), "num_replicas": 2}]
+    add_ratios(rows, {"float32": (1e6, "A100 tf32 peak (data sheet)"), "mixed_bfloat16": (1e6, "CPU: measured")}, 8)
+    assert rows[0]["peak_flops"] == 2e6 and rows[0]["peak_source"] == "2 x A100 tf32 peak (data sheet)"
+    assert rows[1]["peak_flops"] == 1e6  # two logical CPU devices share the one CPU that was measured
+
+
 def test_memory_sizes():
     assert parse_memory("8GiB") == 8 * 2**30
     assert parse_memory("512MiB") == 512 * 2**20
@@ -34,6 +41,7 @@ def test_memory_sizes():
         parse_memory("lots")
 
 
+@pytest.mark.slow
 def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     status = main(["bench", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"), "--precisions", "float32",
                    "--jit", "off", "--steps-per-execution", "1,2", "--steps", "2", "--repeats", "1"])
@@ -117,6 +125,7 @@ def test_max_batch_reports_why_a_trial_failed(monkeypatch):
     assert lines == ["  float32: batch 32 failed (ValueError: something broke) does not fit"]
 
 
+@pytest.mark.slow
 def test_a_token_batched_config_is_timed_by_its_rows(tiny_translation, capsys):
     """Under `data.tokens_per_batch` the rows vary by bucket: the bench counts the rows
     the trainer ran (examples/s, and the mean padded length behind the attention FLOPs)
@@ -136,3 +145,18 @@ def test_a_token_batched_config_is_timed_by_its_rows(tiny_translation, capsys):
     for option in (["--batch-sizes", "8,16"], ["--max-batch"]):
         assert main(["bench", config, "--run-dir", run_dir, *option]) == 2
         assert f"{option[0]}: this config batches by tokens (data.tokens_per_batch = 320)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_honours_the_strategy_keys(tiny):
+    """`--set runtime.cpu_replicas=2`: each combination runs mirrored over 2 logical CPUs."""
+    from engine.test_distribution import amptrain_cli
+
+    result = amptrain_cli(["bench", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"), "--precisions", "float32",
+                           "--jit", "off", "--steps-per-execution", "2", "--steps", "2", "--repeats", "1",
+                           "--set", "runtime.cpu_replicas=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tiny / "run" / "bench" / "results.json").read_text())["rows"]
+    assert [(r["strategy"], r["num_replicas"]) for r in rows] == [("mirrored", 2)]
+    assert all(r["examples"] == 2 * 8 for r in rows)  # 2 steps of the global batch of 8, 4 a replica
+    assert "replicas" in result.stdout

@@ -1,5 +1,7 @@
-"""Distribution gives the answer of one device: mirrored over 2 logical CPUs, 2 local
-workers through `amptrain launch`, gradient accumulation; and a lost worker is named.
+"""Distribution gives the answer of one device: mirrored over 2 logical CPUs in
+mixed_float16, gradient accumulation; a batch the replicas cannot split is refused; a lost
+worker is named. Every strategy x XLA x task in float32 (mirrored, 2 local workers through
+`amptrain launch`): tests/test_strategy_matrix.py.
 
 Logical CPU devices and multi-worker collectives must be set up before TensorFlow
 starts, so those runs are `amptrain` processes of their own; the one-device runs they
@@ -109,7 +111,8 @@ def one_device(tmp_path_factory, spam_rows):
     return run
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["mixed_float16"])  # float32: every cell of tests/test_strategy_matrix.py
 def test_mirrored_over_two_cpus_equals_one_device(one_device, policy):
     mirrored = str(one_device.folder / f"mirrored-{policy}")
     overrides = SAME_RUN + [f"precision.policy={policy}", "runtime.strategy=mirrored", "runtime.cpu_replicas=2"]
@@ -119,29 +122,6 @@ def test_mirrored_over_two_cpus_equals_one_device(one_device, policy):
     assert (run["strategy"], run["num_replicas"], run["num_workers"]) == ("mirrored", 2, 1)
     assert "global batch 8 (4 a replica)" in result.stderr
     assert_close(weights(one_device(policy)), weights(mirrored), policy)
-
-
-def test_launch_two_workers_equals_one_device(one_device, tmp_path):
-    run_dir = tmp_path / "launched"
-    scratch = tmp_path / "tmp"  # where the non-chief worker's folder goes, and must be gone from
-    scratch.mkdir()
-    result = amptrain_cli(
-        ["launch", "--workers", "2", str(one_device.config), "--run-dir", str(run_dir),
-         *sum((["--set", o] for o in SAME_RUN + ["precision.policy=float32"]), [])],
-        env={"TMPDIR": str(scratch)},
-    )
-    assert result.returncode == 0, result.stdout[-3000:]
-    lines = result.stdout.splitlines()
-    assert any(line.startswith("[worker 0] ") for line in lines) and any(line.startswith("[worker 1] ") for line in lines)
-    # Both workers end with bit-identical weights (they print a hash of them).
-    fingerprints = {line.split(" ")[1]: line.split("final weights ")[1].split()[0] for line in lines if "final weights" in line}
-    assert set(fingerprints) == {"0]", "1]"} and len(set(fingerprints.values())) == 1, lines[-10:]
-    run = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "run"][0]
-    assert (run["strategy"], run["num_replicas"], run["num_workers"]) == ("multi_worker", 2, 2)
-    # Only the chief writes: the run folder has its files, the other worker's folder is removed.
-    assert {"checkpoints", "tensorboard", "metrics.jsonl", "config.toml"} <= set(os.listdir(run_dir))
-    assert os.listdir(scratch) == []
-    assert_close(weights(one_device("float32")), weights(run_dir), "float32")
 
 
 def micro_batch_trainer(accumulation_steps, scaler=None):
@@ -224,6 +204,20 @@ def test_token_batches_must_split_evenly():
     with pytest.raises(ConfigError, match=r"over the 3 replicas, but 320 tokens give batches of 8 rows of 40 pieces; "
                                           r"a token batch has a multiple of 8 rows where 8 fit: use a replica count"):
         distribute.check_token_batches(buckets(320), 320, Replicas(3))
+
+
+@pytest.mark.slow
+def test_replicas_that_cannot_split_the_batch_are_refused_before_any_work(tiny):
+    run_dir = tiny / "three"
+    result = amptrain_cli(["fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir),
+                           "--set", "runtime.strategy=mirrored", "--set", "runtime.cpu_replicas=3"])
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "amptrain: error: train.batch_size: expected a multiple of the 3 replicas (it is the global batch, "
+        "split evenly), received 8; try 6 or 9"
+    )
+    # Nothing was read, learned or built: no vocabulary, no labels, no checkpoint.
+    assert sorted(os.listdir(run_dir)) == ["config.toml", "train.log"]
 
 
 def test_strategy_selection_and_its_errors(tiny):

@@ -111,6 +111,7 @@ def test_the_final_test_record_agrees_with_the_predictions_file(run, tiny_transl
     assert sacrebleu.corpus_chrf(hypotheses, [references]).score == pytest.approx(test["chrf"])
 
 
+@pytest.mark.slow
 def test_eval_and_predict_translate_like_the_run(run, tiny_translation):
     test = [r for r in read_metrics(run / "metrics.jsonl") if r.get("split") == "test"][-1]
     scores = amptrain.evaluate(str(run), split="test")
@@ -121,6 +122,7 @@ def test_eval_and_predict_translate_like_the_run(run, tiny_translation):
     assert records == [{"text": source, "translation": hypothesis}, {"text": "", "translation": ""}]
 
 
+@pytest.mark.slow
 def test_predict_translates_a_file_line_by_line(run, tmp_path):
     rows = (run / "predictions-test.tsv").read_text(encoding="utf-8").split("\n")
     sources, hypotheses = zip(*[(r.split("\t")[0], r.split("\t")[2]) for r in rows[:2]])
@@ -129,32 +131,6 @@ def test_predict_translates_a_file_line_by_line(run, tmp_path):
     out = subprocess.run([sys.executable, "-m", "amptrain", "predict", str(run), "--input", str(path)],
                          capture_output=True, text=True, check=True).stdout
     assert out.split("\n") == [hypotheses[0], "", hypotheses[1], ""]
-
-
-@pytest.mark.slow
-def test_token_batches_over_two_replicas_train_like_one_device(tiny_translation):
-    """Mirrored over 2 logical CPUs, each token batch (8 rows here) split 4 + 4: the same
-    weights as one device, and the search (outside the replicas) decodes the test split."""
-    import os
-
-    from engine.test_distribution import SAME_RUN, amptrain_cli, assert_close, weights
-
-    same = [o for o in SAME_RUN if not o.startswith("precision.initial_scale")] + ["precision.policy=float32"]
-    one = str(tiny_translation / "one")
-    amptrain.fit(str(tiny_translation / "tiny.toml"), same, run_dir=one)
-    mirrored = str(tiny_translation / "mirrored")
-    # The same pieces: `tokenizers` breaks ties between equally frequent merges in an order
-    # that changes from process to process, and a 300-piece vocabulary trained in another
-    # process differed by 4 pieces.
-    overrides = same + ["runtime.strategy=mirrored", "runtime.cpu_replicas=2", f"data.vocabulary={one}/vocab.txt"]
-    result = amptrain_cli(["fit", str(tiny_translation / "tiny.toml"), "--run-dir", mirrored,
-                           *sum((["--set", o] for o in overrides), [])])
-    assert result.returncode == 0, result.stderr[-3000:]
-    run = [r for r in read_metrics(os.path.join(mirrored, "metrics.jsonl")) if r["kind"] == "run"][0]
-    assert (run["strategy"], run["num_replicas"], run["tokens_per_batch"]) == ("mirrored", 2, 320)
-    assert_close(weights(one), weights(mirrored), "float32")
-    test = [r for r in read_metrics(os.path.join(mirrored, "metrics.jsonl")) if r.get("split") == "test"][-1]
-    assert test["sentences"] == 12 and "bleu_greedy" in test
 
 
 def test_separate_vocabularies_are_learned_a_side_and_saved(tiny_translation, tmp_path):

@@ -13,6 +13,7 @@ COLUMNS = (
     ("jit", "XLA", "{}"),
     ("steps_per_execution", "spe", "{}"),
     ("batch_size", "batch", "{}"),
+    ("num_replicas", "replicas", "{}"),
     ("real_tokens_per_second", "real tok/s", "{:,.0f}"),
     ("padded_tokens_per_second", "padded tok/s", "{:,.0f}"),
     ("examples_per_second", "examples/s", "{:,.1f}"),

@@ -94,6 +94,9 @@ def add_ratios(rows, peaks, default_batch_size, tokens_per_batch=0):
         else:
             row["batch_size"] = row["batch_size"] or default_batch_size
         peak, source = peaks[row["precision"]]
+        if not source.startswith("CPU") and row.get("num_replicas", 1) > 1:
+            # A data-sheet peak is one accelerator's; logical CPU replicas share the measured CPU.
+            peak, source = peak * row["num_replicas"], f"{row['num_replicas']} x {source}"
         row["peak_flops"], row["peak_source"] = peak, source
         row["mfu"] = row["flops_per_token"] * row["real_tokens_per_second"] / peak
         row["mfu_padded"] = row["flops_per_token"] * row["padded_tokens_per_second"] / peak

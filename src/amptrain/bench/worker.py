@@ -40,6 +40,7 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
     from amptrain.precision.policy import select_policy
     from amptrain.tasks import TASKS
 
+    distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
     if task is None:
         with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
             task = TASKS[config.task](config, scratch)
@@ -47,6 +48,10 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
     seed(config)
     policy, _ = select_policy(config.precision.policy)
     strategy = strategy or distribute.select_strategy(config.runtime).strategy
+    if config.data.tokens_per_batch:
+        distribute.check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), config.data.tokens_per_batch, strategy)
+    else:
+        distribute.check_batch_size(config.train.batch_size, strategy)
     with strategy.scope():
         model = task.build_model(policy)
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)
@@ -60,18 +65,23 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
 def measure_combination(spec):
     import tensorflow as tf
 
+    from amptrain import distribute
     from amptrain.bench.flops import training_flops_per_token
+    from amptrain.distribute import distribute_batches
 
     config = config_lib.load_config(spec["config"], spec["overrides"])
-    task, model, trainer, policy = build_trainer(config, fuse_step=spec.get("fuse_step", True))
+    distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
+    placement = distribute.select_strategy(config.runtime)
+    task, model, trainer, policy = build_trainer(config, placement.strategy, fuse_step=spec.get("fuse_step", True))
     strategy = trainer.strategy
     dataset = task.train_dataset(0) if spec["data"] == "real" else _one_batch_repeated(task.train_dataset(0))
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    # Replica r gets slice r of each global batch, as in `amptrain fit`.
+    iterator = iter(distribute_batches(strategy, lambda: dataset))
     spe = config.runtime.steps_per_execution
     warmup = spec.get("warmup_steps") or (max(spe, 48) if spec["data"] == "real" else spe)
     shapes = None
     if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
-        shapes = (iter(strategy.experimental_distribute_dataset(one_batch_per_shape(task))), len(task.boundaries))
+        shapes = (iter(distribute_batches(strategy, lambda: one_batch_per_shape(task))), len(task.boundaries))
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
     # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
     mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
@@ -83,6 +93,8 @@ def measure_combination(spec):
         "flops_per_token": training_flops_per_token(model, mean_length),
         "skipped_steps": int(trainer.skipped_steps.numpy()),
         "fused_step": trainer.fused,
+        "strategy": placement.name,
+        "num_replicas": strategy.num_replicas_in_sync,
         "peak_memory_bytes": _peak_memory(tf),
         "peak_memory_source": "GPU:0 peak (get_memory_info)" if tf.config.list_physical_devices("GPU") else "process peak RSS",
     }

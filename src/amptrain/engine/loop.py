@@ -53,23 +53,18 @@ class Job:
     primary_metric: str
     has_dev: bool = True
     has_test: bool = True
-    # Under data.tokens_per_batch: (bucket length, rows) of each bucket's batches.
-    bucket_rows: tuple = ()
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None):
     """Trains (or resumes) and scores the test split with the best checkpoint. `placement`:
-    the strategy and why (`distribute.select_strategy`).
+    the strategy and why (`distribute.select_strategy`), whose replicas can share the
+    global batch (`api` checks that before any work: `distribute.check_batch_size`).
 
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     strategy = placement.strategy
     write_dir = write_dir or run_dir
     t = config.train
-    if config.data.tokens_per_batch:
-        distribute.check_token_batches(job.bucket_rows, config.data.tokens_per_batch, strategy)
-    else:
-        distribute.check_batch_size(t.batch_size, strategy)
     # A step is `accumulation_steps` batches of the task's plan.
     steps_per_epoch = max(1, job.steps_per_epoch // t.accumulation_steps)
     steps = t.total_steps(steps_per_epoch)

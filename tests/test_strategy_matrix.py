@@ -1,0 +1,181 @@
+"""Every strategy x XLA x task trains, evaluates and predicts, and gives one device's weights.
+
+Strategy {one device (in this process), `mirrored` over 2 logical CPUs (an `amptrain fit`
+process: logical devices are set before TensorFlow starts), 2 local workers through
+`amptrain launch`} x `jit_compile` {on, off} x task {classification, NER, translation}.
+Each cell: a tiny float32 `fit` of 4 steps in graph calls of 2 with a dev evaluation at
+steps 2 and 4 and the final test; then `amptrain eval` and `amptrain predict` on its run
+folder (here, through `cli.main`); then its weights and its weight average
+(`train.ema_decay`) at step 4 against the one-device run with the same XLA setting, within
+test_distribution.py's float32 bounds. Translation batches by tokens (`data.tokens_per_batch`),
+so its cells cover token batches over 2 replicas, and its test translations, written by the
+chief alone, must equal one device's.
+
+Every cell reads one vocabulary per task, the one-device run's: the `tokenizers` WordPiece
+trainer breaks ties in an order that changes from process to process.
+
+Run with `-s` to see each cell's wall time and weight difference (the `matrix` lines).
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+import amptrain
+from amptrain import cli
+from amptrain.engine.telemetry import read_metrics
+import numpy as np
+import tensorflow as tf
+
+from conftest import TINY_CONFIG, write_rows
+from engine.test_distribution import amptrain_cli
+
+pytestmark = pytest.mark.slow
+
+# One device float32, 4 steps; workers and replicas must agree to float32 rounding.
+SAME_RUN = [
+    "runtime.deterministic=true",
+    "model.dropout=0.0",
+    "precision.policy=float32",
+    "runtime.steps_per_execution=2",
+    "train.steps=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=4",
+    "train.log_every=2",
+    "train.ema_decay=0.9",  # the weight average too: dev and the best checkpoint use it
+    # Cost: every batch shape is a trace and (XLA) a compile per replica, and beam search
+    # one more compile than greedy; one shape and greedy decoding keep the 18 cells cheap.
+    "data.num_buckets=1",
+]
+DECODE = {"translation": ["decode.beam_size=1"]}
+BOUNDS = (1e-6, 1e-4)  # (RMS, largest): test_distribution.py's float32 tolerance
+TASKS = ("classification", "ner", "translation")
+TEXTS = {
+    "classification": "WIN a FREE cruise, click now",
+    "ner": "Barack Obama flew to Paris on Monday",
+    "translation": "I would like a cup of coffee .",
+}
+STRATEGIES = ("one_device", "mirrored", "launch")
+CELLS = [(strategy, jit, task) for strategy in STRATEGIES for jit in (False, True) for task in TASKS]
+
+
+def trained(run_dir, step=4):
+    """The trained weights and the weight average's sums in a run's checkpoint of `step`."""
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
+    # The trainable weights sit in the checkpoint under the optimizer's list of them.
+    prefixes = ("optimizer/_trainable_variables/", "weight_average/")
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith(prefixes)}
+
+
+def differences(a, b):
+    """(root mean square, largest) absolute difference over all tensors of two runs."""
+    assert a.keys() == b.keys() and any(k.startswith("weight_average/sums/") for k in a)
+    d = np.concatenate([(np.asarray(a[k], np.float64) - b[k]).ravel() for k in sorted(a)])
+    return float(np.sqrt(np.mean(d**2))), float(np.max(np.abs(d)))
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory, spam_rows, tiny_ner, tiny_translation):
+    """The tiny config of each task."""
+    folder = tmp_path_factory.mktemp("classification")
+    write_rows(folder / "train.csv", spam_rows[:96])
+    write_rows(folder / "dev.csv", spam_rows[96:128])
+    config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
+    (folder / "tiny.toml").write_text(config)
+    return {"classification": folder / "tiny.toml", "ner": tiny_ner / "tiny.toml",
+            "translation": tiny_translation / "tiny.toml"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, configs):
+    """Trains a cell on first use; returns (run folder, seconds, the fit's output)."""
+    folder = tmp_path_factory.mktemp("matrix")
+    done = {}
+
+    def overrides(task, jit):
+        vocabulary = [] if (task, False) not in done else [f"data.vocabulary={done[task, False][0]}/vocab.txt"]
+        return SAME_RUN + DECODE.get(task, []) + [f"runtime.jit_compile={str(jit).lower()}"] + vocabulary
+
+    def one_device(task, jit):
+        if (task, jit) not in done:
+            if jit:
+                one_device(task, False)  # the vocabulary
+            run_dir = folder / f"one_device-{task}-jit{int(jit)}"
+            started = time.time()
+            amptrain.fit(str(configs[task]), overrides(task, jit), run_dir=str(run_dir))
+            done[task, jit] = (run_dir, time.time() - started, "")
+        return done[task, jit]
+
+    def run(strategy, jit, task):
+        reference = one_device(task, jit)
+        if strategy == "one_device":
+            return reference
+        run_dir = folder / f"{strategy}-{task}-jit{int(jit)}"
+        sets = overrides(task, jit)
+        scratch = folder / f"tmp-{strategy}-{task}-jit{int(jit)}"  # TMPDIR: the non-chief worker's folder
+        scratch.mkdir()
+        if strategy == "mirrored":
+            sets += ["runtime.strategy=mirrored", "runtime.cpu_replicas=2"]
+            command = ["fit", str(configs[task]), "--run-dir", str(run_dir)]
+        else:
+            command = ["launch", "--workers", "2", str(configs[task]), "--run-dir", str(run_dir)]
+        started = time.time()
+        result = amptrain_cli(command + sum((["--set", s] for s in sets), []), env={"TMPDIR": str(scratch)})
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-4000:]
+        # Only the chief writes: every other worker's folder is gone.
+        assert os.listdir(scratch) == []
+        return run_dir, time.time() - started, output
+
+    run.one_device = one_device
+    return run
+
+
+@pytest.mark.parametrize("strategy, jit, task", CELLS, ids=[f"{s}-{'xla' if j else 'noxla'}-{t}" for s, j, t in CELLS])
+def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit, task, capsys):
+    run_dir, seconds, output = runs(strategy, jit, task)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    run = [r for r in records if r["kind"] == "run"][0]
+    expected = {"one_device": ("one_device", 1, 1), "mirrored": ("mirrored", 2, 1), "launch": ("multi_worker", 2, 2)}
+    assert (run["strategy"], run["num_replicas"], run["num_workers"]) == expected[strategy]
+    assert run["jit_compile"] is jit
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [(r["split"], r["step"]) for r in evals if r["split"] == "dev"] == [("dev", 2), ("dev", 4)]
+    test = [r for r in evals if r["split"] == "test"][-1]
+    assert records[-1] == {"kind": "end", "step": 4}
+    assert {"checkpoints", "tensorboard", "metrics.jsonl", "config.toml", "train.log"} <= set(os.listdir(run_dir))
+    if task == "translation":
+        assert run["tokens_per_batch"] == 320  # 8 rows of 40 pieces: 4 a replica
+        assert test["sentences"] == 12 and "bleu" in test and "chrf" in test
+    elif strategy != "one_device":
+        assert "global batch 8 (4 a replica)" in output
+    if strategy == "launch":
+        lines = output.splitlines()
+        assert any(line.startswith("[worker 0] ") for line in lines) and any(line.startswith("[worker 1] ") for line in lines)
+        # Both workers trained in sync: they print the same hash of their final weights.
+        fingerprints = {line.split(" ")[1]: line.split("final weights ")[1].split()[0] for line in lines if "final weights" in line}
+        assert set(fingerprints) == {"0]", "1]"} and len(set(fingerprints.values())) == 1, lines[-10:]
+
+    # `amptrain eval` and `amptrain predict` on the run folder (one device, the run's XLA setting).
+    capsys.readouterr()
+    assert cli.main(["eval", str(run_dir)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    primary = {"classification": "accuracy", "ner": "entity_f1", "translation": "bleu"}[task]
+    assert scored["checkpoint"] == test["checkpoint"] and scored[primary] == pytest.approx(test[primary], abs=1e-6)
+    assert cli.main(["predict", str(run_dir), "--text", TEXTS[task], "--json"]) == 0
+    predicted = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(predicted) == 1 and predicted[0]["text"] == TEXTS[task]
+
+    reference = runs.one_device(task, False if strategy == "one_device" else jit)[0]
+    rms, largest = differences(trained(reference), trained(run_dir))
+    with capsys.disabled():
+        print(f"\nmatrix {strategy} {'xla' if jit else 'noxla'} {task}: fit {seconds:.1f} s, "
+              f"weights against one device{' without XLA' if strategy == 'one_device' else ''}: "
+              f"RMS {rms:.1e}, largest {largest:.1e}")
+    assert rms < BOUNDS[0] and largest < BOUNDS[1], (rms, largest)
+    if task == "translation" and strategy != "one_device":
+        # The chief wrote the test translations, the same as one device's.
+        predictions = "predictions-test.tsv"
+        assert (run_dir / predictions).read_text(encoding="utf-8") == (reference / predictions).read_text(encoding="utf-8")
