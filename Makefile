@@ -1,11 +1,15 @@
 # make demo: train, evaluate and report the default classifier on the bundled spam data.
-# make test: the test suite. Both create .venv with Python 3.11 if it is missing.
+# make test: the quick tier (no subprocess, no long training; under 5 minutes on 2 cores).
+# make test-all: the linter, then every test (distribution, kill-and-resume, parity, bench); .ci/run runs it.
+# make lint: ruff's checks and its formatter, checked (make format applies them).
+# Each creates .venv with Python 3.11 if it is missing.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL ?= 2
+LINTED := src tests benchmarks
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test test-all lint format install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +29,18 @@ demo: install
 	@echo "run folder: runs/classify-spam   (tensorboard --logdir runs/classify-spam/tensorboard)"
 
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: lint
+	$(BIN)/python -m pytest -q --durations=15
+
+lint: install-test
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: install-test
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -2,6 +2,8 @@
 
 import csv
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -35,6 +37,25 @@ decay = "constant"
 log_every = 4
 checkpoint_every = 4
 """
+
+
+@pytest.fixture(autouse=True)
+def _quick_tests_start_no_python(request, monkeypatch):
+    """`make test` runs the tests not marked slow, and those start no Python process (an
+    `amptrain` command or a bench worker costs seconds of TensorFlow start-up): a test that
+    does fails here, asking to be marked `slow` (`make test-all` runs it)."""
+    if request.node.get_closest_marker("slow"):
+        return
+    real = subprocess.Popen
+
+    class Refused(real):
+        def __init__(self, args, *rest, **options):
+            command = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+            if command and str(command[0]) == sys.executable:
+                pytest.fail(f"{request.node.nodeid} starts a Python process: mark it @pytest.mark.slow (make test-all)")
+            super().__init__(args, *rest, **options)
+
+    monkeypatch.setattr(subprocess, "Popen", Refused)
 
 
 def write_rows(path, rows):

@@ -130,6 +130,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_two_mirrored_replicas_update_both_copies():
     # Logical devices must be set before TensorFlow starts: a fresh process.
     result = subprocess.run(

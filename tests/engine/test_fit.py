@@ -12,6 +12,7 @@ def fit(tiny, name, *overrides):
     return amptrain.fit(str(tiny / "tiny.toml"), list(overrides), run_dir=str(tiny / name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 @pytest.mark.parametrize("steps_per_execution", [1, 4])
 @pytest.mark.parametrize("jit_compile", [False, True])

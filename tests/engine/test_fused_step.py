@@ -56,6 +56,7 @@ def test_fusing_needs_one_device_and_xla():
     assert not is_single_device(tf.distribute.MirroredStrategy(["/cpu:0"]))  # merge_call: never fused
 
 
+@pytest.mark.slow
 def test_fused_and_unfused_steps_train_alike(tiny):
     task, fused = build(tiny, fuse_step=True)
     _, unfused = build(tiny, fuse_step=False, task=task)
@@ -117,6 +118,7 @@ def test_a_skipped_step_changes_nothing_under_the_fused_step(scaler):
     assert not np.array_equal(before[0], model.trainable_variables[0].numpy())
 
 
+@pytest.mark.slow
 def test_a_checkpoint_restores_into_a_compiled_fused_step(tiny, tmp_path):
     """The NaN policy's `restore` and a resume both assign a checkpoint to the variables
     a compiled step already captured: the replayed steps must come out the same."""

@@ -20,6 +20,7 @@ def records(tiny, name, kind):
     return [r for r in read_metrics(tiny / name / "metrics.jsonl") if r["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_too_large_initial_scale_backs_off_then_trains(tiny):
     # 1e10 halves to below fp16's 65504 in about 18 skipped steps; then it trains.
     fit(tiny, "run", "precision.policy=mixed_float16", "precision.initial_scale=1e10", "train.steps=40",
@@ -35,6 +36,7 @@ def test_too_large_initial_scale_backs_off_then_trains(tiny):
     assert "logits" not in overflows[0]["layers"]
 
 
+@pytest.mark.slow
 def test_fixed_scale_that_always_overflows_stops_with_a_diagnosis(tiny):
     command = [sys.executable, "-m", "amptrain", "fit", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"),
                "--set", "precision.policy=mixed_float16", "--set", "precision.loss_scale=1e30",
@@ -74,6 +76,7 @@ def test_nonfinite_loss_skipped_when_asked(tiny):
     assert records(tiny, "run", "end")
 
 
+@pytest.mark.slow
 def test_restore_goes_back_and_lowers_the_learning_rate(tiny):
     fit(tiny, "run", "train.learning_rate=1e30", "train.on_nonfinite=restore", "train.restore_lr_factor=1e-30")
     restore = records(tiny, "run", "restore")

@@ -2,6 +2,8 @@
 float32, mixed_bfloat16 and mixed_float16 ends at the same loss, within what each half
 format's rounding explains."""
 
+import pytest
+
 import amptrain
 from amptrain.engine.telemetry import read_metrics
 
@@ -43,6 +45,7 @@ def train_records(tiny, policy):
     return [r for r in read_metrics(tiny / policy / "metrics.jsonl") if r["kind"] == "train"]
 
 
+@pytest.mark.slow
 def test_final_losses_agree_across_policies(tiny):
     records = {policy: train_records(tiny, policy) for policy in POLICIES}
     for policy, train in records.items():

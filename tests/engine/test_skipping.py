@@ -10,6 +10,7 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, TOO_MANY_SKIPS, Trainer
@@ -116,6 +117,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_one_replica_overflowing_skips_the_step_on_both():
     # Logical devices must be set before TensorFlow starts: a fresh process.
     result = subprocess.run(

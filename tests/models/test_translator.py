@@ -129,6 +129,7 @@ def test_banned_pieces_are_never_written():
     assert Search(ToyModel(), 4, 1, 2, beam_size=1, banned_ids=(3,))(source, source != 0).tolist() == [[4, 2, 0, 0]]
 
 
+@pytest.mark.slow
 def test_search_on_the_real_model_compiles_under_xla_and_agrees_with_eager(model):
     source = np.array([[5, 6, 7, 0], [8, 9, 10, 11]], np.int32)
     for beam_size in (1, 3):

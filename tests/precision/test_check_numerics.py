@@ -25,6 +25,7 @@ def checking():
     check_numerics.disable()
 
 
+@pytest.mark.slow
 def test_a_diverging_run_stops_naming_the_op_and_the_layer_with_xla_off(tiny):
     # A learning rate of 1e30 moves every weight by about 1e30 in the first step (Adam's
     # step is about the learning rate), so the second forward pass squares ~1e30 in the
@@ -55,6 +56,7 @@ def test_a_diverging_run_stops_naming_the_op_and_the_layer_with_xla_off(tiny):
     assert np.isnan(tf.function(lambda: tf.math.log(tf.constant(-1.0)))().numpy())
 
 
+@pytest.mark.slow
 def test_a_healthy_run_finishes_in_check_numerics_mode(tiny):
     result = amptrain.fit(str(tiny / "tiny.toml"), ["runtime.check_numerics=true"], run_dir=str(tiny / "run"))
     assert result["test"]["examples"] == 32

@@ -71,6 +71,7 @@ def test_eval_scores_like_the_run_and_predict_gives_tokens_tags_and_spans(run):
             assert record["text"][entity["start"] : entity["end"]] == entity["text"]
 
 
+@pytest.mark.slow
 def test_cli_predict_prints_one_json_line_a_text(run):
     result = subprocess.run(
         [sys.executable, "-m", "amptrain", "predict", str(run), "--text", "Empire State Building", "--text", "hi"],
