@@ -2,7 +2,8 @@
 en-es training pairs at `max_length` 64, with `data.bucketing` on and off (off: every
 batch padded to 64), alternated A/B in separate processes, each timed by the bench worker.
 
-    .venv/bin/python benchmarks/bucketing.py [--rounds 5] [--steps 60] [--num-buckets 6,8] [--unfused] [--set KEY=VALUE]...
+    .venv/bin/python benchmarks/bucketing.py [--rounds 5] [--steps 60] [--num-buckets 6,8] [--unfused] \
+        [--set KEY=VALUE]...
 
 The label (does the verse name God or the LORD, about 21% of verses) only gives the
 classifier something real to learn; the measurement is speed. Last line:
@@ -35,8 +36,15 @@ def write_english_csv(path):
 
 def base_overrides(data):
     """The settings both sides share (and `step_profile.py`)."""
-    return [f"data.train={data}", 'data.dev=""', 'data.test=""', "data.max_length=64", "data.vocabulary_size=4000",
-            "runtime.jit_compile=true", "runtime.steps_per_execution=4"]
+    return [
+        f"data.train={data}",
+        'data.dev=""',
+        'data.test=""',
+        "data.max_length=64",
+        "data.vocabulary_size=4000",
+        "runtime.jit_compile=true",
+        "runtime.steps_per_execution=4",
+    ]
 
 
 def main():
@@ -48,8 +56,12 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--unfused", action="store_true", help="only the forward and backward pass under XLA")
-    parser.add_argument("--num-buckets", default="", help="comma-separated data.num_buckets to try, each against "
-                        "the same unbucketed runs (default: the config's); the last line is the first's")
+    parser.add_argument(
+        "--num-buckets",
+        default="",
+        help="comma-separated data.num_buckets to try, each against "
+        "the same unbucketed runs (default: the config's); the last line is the first's",
+    )
     args = parser.parse_args()
     variants = [int(n) for n in args.num_buckets.split(",") if n.strip()] or [None]
     with tempfile.TemporaryDirectory() as scratch:
@@ -63,11 +75,22 @@ def main():
                 bucketing = [f"data.bucketing={str(side != 'off').lower()}"]
                 if side not in ("off", None):
                     bucketing.append(f"data.num_buckets={side}")
-                spec = {"kind": "combination", "config": CONFIG, "overrides": [*base, *bucketing],
-                        "steps": args.steps, "repeats": 1, "data": "real", "fuse_step": not args.unfused}
+                spec = {
+                    "kind": "combination",
+                    "config": CONFIG,
+                    "overrides": [*base, *bucketing],
+                    "steps": args.steps,
+                    "repeats": 1,
+                    "data": "real",
+                    "fuse_step": not args.unfused,
+                }
                 results[side].append(run_worker(spec))
-            print(f"round {round_ + 1}: " + ", ".join(f"{_name(side)} {results[side][-1]['real_tokens_per_second']:,.0f}"
-                                                    for side in sides) + " real tokens/s", flush=True)
+            print(
+                f"round {round_ + 1}: "
+                + ", ".join(f"{_name(side)} {results[side][-1]['real_tokens_per_second']:,.0f}" for side in sides)
+                + " real tokens/s",
+                flush=True,
+            )
     off = results["off"]
     ideal = statistics.median(b["padded_tokens"] / b["real_tokens"] for b in off)
     lines = []
@@ -76,11 +99,15 @@ def main():
         ratios = [a["real_tokens_per_second"] / b["real_tokens_per_second"] for a, b in zip(on, off)]
         padding_on = statistics.median(a["padded_tokens"] / a["real_tokens"] for a in on)
         ratio = statistics.median(ratios)
-        print(f"{_name(side)}: padded/real tokens {padding_on:.2f} (off {ideal:.2f}); step time p50 "
-              f"{statistics.median(a['step_time_p50'] for a in on) * 1e3:.1f} ms (off "
-              f"{statistics.median(b['step_time_p50'] for b in off) * 1e3:.1f} ms); "
-              f"(R - 1) / (I - 1) = {(ratio - 1) / (ideal - 1):.0%}")
-        lines.append(f"ratio {ratio:.2f} (ideal {ideal:.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}, rounds {len(ratios)})")
+        print(
+            f"{_name(side)}: padded/real tokens {padding_on:.2f} (off {ideal:.2f}); step time p50 "
+            f"{statistics.median(a['step_time_p50'] for a in on) * 1e3:.1f} ms (off "
+            f"{statistics.median(b['step_time_p50'] for b in off) * 1e3:.1f} ms); "
+            f"(R - 1) / (I - 1) = {(ratio - 1) / (ideal - 1):.0%}"
+        )
+        lines.append(
+            f"ratio {ratio:.2f} (ideal {ideal:.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}, rounds {len(ratios)})"
+        )
     for side, line in list(zip(variants, lines))[1:]:
         print(f"{_name(side)}: {line}")
     print(lines[0])

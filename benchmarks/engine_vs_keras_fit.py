@@ -69,8 +69,12 @@ def measure_keras(config, task, steps):
     model = task.build_model(policy)
     optimizer, _ = build_optimizer(config.train, total_steps=10**6)
     spe = config.runtime.steps_per_execution
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  steps_per_execution=spe, jit_compile=config.runtime.jit_compile)
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=spe,
+        jit_compile=config.runtime.jit_compile,
+    )
 
     def recipe(dataset):
         return dataset.map(lambda features, targets, counts: (features, targets["labels"], targets["weights"]))
@@ -102,14 +106,21 @@ def measure_engine(config, task, steps):
         totals = trainer.train(iterator, min(spe, steps - (int(trainer.step.numpy()) - first)))
         tokens += int(totals["tokens"][0])
         if totals["stop"]:
-            raise SystemExit(f"engine_vs_keras_fit.py: training stopped (reason {int(totals['stop'])}) "
-                             f"after {int(trainer.step.numpy()) - first} timed steps")
+            raise SystemExit(
+                f"engine_vs_keras_fit.py: training stopped (reason {int(totals['stop'])}) "
+                f"after {int(trainer.step.numpy()) - first} timed steps"
+            )
     return time.perf_counter() - started, tokens
 
 
 def child(args):
-    overrides = [*args.set, f"precision.policy={args.precision}", f"runtime.jit_compile={args.jit == 'on'}".lower(),
-                 f"runtime.steps_per_execution={args.steps_per_execution}", "train.clip_norm=0"]
+    overrides = [
+        *args.set,
+        f"precision.policy={args.precision}",
+        f"runtime.jit_compile={args.jit == 'on'}".lower(),
+        f"runtime.steps_per_execution={args.steps_per_execution}",
+        "train.clip_norm=0",
+    ]
     config, task = build(args.config, overrides)
     if args.child == "keras":
         seconds = measure_keras(config, task, args.steps)
@@ -136,13 +147,21 @@ def main():
     for round_ in range(args.rounds):
         for side in ("keras", "engine") if round_ % 2 == 0 else ("engine", "keras"):
             command = [sys.executable, __file__, *sys.argv[1:], "--child", side]
-            result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+            result = subprocess.run(
+                command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            )
             if result.returncode != 0:
                 raise SystemExit(f"{side} failed:\n{result.stderr[-3000:]}")
             speeds[side].append(json.loads(result.stdout.strip().splitlines()[-1])["real_tokens_per_second"])
-        print(f"round {round_ + 1}: keras {speeds['keras'][-1]:,.0f}, engine {speeds['engine'][-1]:,.0f} real tokens/s", flush=True)
+        print(
+            f"round {round_ + 1}: keras {speeds['keras'][-1]:,.0f}, engine {speeds['engine'][-1]:,.0f} real tokens/s",
+            flush=True,
+        )
     ratios = [e / k for e, k in zip(speeds["engine"], speeds["keras"])]
-    print(f"median real tokens/s: keras {statistics.median(speeds['keras']):,.0f}, engine {statistics.median(speeds['engine']):,.0f}")
+    print(
+        f"median real tokens/s: keras {statistics.median(speeds['keras']):,.0f}, "
+        f"engine {statistics.median(speeds['engine']):,.0f}"
+    )
     print(f"ratio {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, rounds {len(ratios)})")
 
 

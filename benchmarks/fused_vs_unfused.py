@@ -11,20 +11,24 @@ the forward and backward pass under XLA). Both compile every shape first; then e
 times CALLS graph calls a shape and side. The last lines give the median ms a step and the
 per-round difference unfused - fused.
 """
+
 import os
 import statistics
 import sys
 import tempfile
 import time
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-from bucketing import base_overrides, write_english_csv, CONFIG
+from bucketing import CONFIG, base_overrides, write_english_csv
 from step_profile import shape_batches
+
 from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
+
 lengths = [int(n) for n in sys.argv[1].split(",")]
 rounds, calls = int(sys.argv[2]), int(sys.argv[3])
 with tempfile.TemporaryDirectory() as scratch:
@@ -38,13 +42,14 @@ spe = config.runtime.steps_per_execution
 batches = shape_batches(task, lengths, config.train.batch_size)
 its = {(s, n): iter(tf.data.Dataset.from_tensors(b).repeat()) for s in ("fused", "unfused") for n, b in batches.items()}
 sides = {"fused": fused, "unfused": unfused}
-for (s, n), it in its.items():
-    sides[s].train(it, spe); sides[s].train(it, spe)
+for (s, _), it in its.items():
+    sides[s].train(it, spe)
+    sides[s].train(it, spe)
 print("compiled", flush=True)
 ms = {k: [] for k in its}
 for r in range(rounds):
     for n in lengths:
-        for s in (("fused", "unfused") if r % 2 == 0 else ("unfused", "fused")):
+        for s in ("fused", "unfused") if r % 2 == 0 else ("unfused", "fused"):
             t0 = time.perf_counter()
             for _ in range(calls):
                 sides[s].train(its[(s, n)], spe)
@@ -53,6 +58,10 @@ for r in range(rounds):
 for n in lengths:
     f, u = ms[("fused", n)], ms[("unfused", n)]
     diffs = [b - a for a, b in zip(f, u)]
-    print(f"length {n}: fused median {statistics.median(f):.2f} ms (min {min(f):.2f}), unfused {statistics.median(u):.2f} "
-          f"(min {min(u):.2f}); unfused - fused per round: median {statistics.median(diffs):.2f} ms "
-          f"(min {min(diffs):.2f}, max {max(diffs):.2f})", flush=True)
+    print(
+        f"length {n}: fused median {statistics.median(f):.2f} ms (min {min(f):.2f}), "
+        f"unfused {statistics.median(u):.2f} "
+        f"(min {min(u):.2f}); unfused - fused per round: median {statistics.median(diffs):.2f} ms "
+        f"(min {min(diffs):.2f}, max {max(diffs):.2f})",
+        flush=True,
+    )

@@ -45,10 +45,15 @@ def main():
             order = ("none", "dynamic") if round_ % 2 == 0 else ("dynamic", "none")
             for mode in order:
                 results[mode].append(step_time(args.config, mode, args.steps, args.log_every, f"{scratch}/{mode}"))
-            print(f"round {round_ + 1}: off {results['none'][-1] * 1e3:.1f} ms, on {results['dynamic'][-1] * 1e3:.1f} ms a step")
+            print(
+                f"round {round_ + 1}: off {results['none'][-1] * 1e3:.1f} ms, "
+                f"on {results['dynamic'][-1] * 1e3:.1f} ms a step"
+            )
     ratios = [on / off for on, off in zip(results["dynamic"], results["none"])]
-    print(f"median step time: scaler off {statistics.median(results['none']) * 1e3:.1f} ms, "
-          f"on {statistics.median(results['dynamic']) * 1e3:.1f} ms")
+    print(
+        f"median step time: scaler off {statistics.median(results['none']) * 1e3:.1f} ms, "
+        f"on {statistics.median(results['dynamic']) * 1e3:.1f} ms"
+    )
     print(f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, rounds {len(ratios)})")
 
 

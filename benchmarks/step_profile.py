@@ -56,8 +56,7 @@ def main():
     import tempfile
 
     import numpy as np
-
-    from bucketing import base_overrides, write_english_csv, CONFIG
+    from bucketing import CONFIG, base_overrides, write_english_csv
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -119,51 +118,74 @@ def main():
         for n in lengths if round_ % 2 == 0 else reversed(lengths):
             pair = [(step_ms, trainer, iterators), (unfused_ms, unfused, unfused_iterators)]
             for times, side, side_iterators in pair if round_ % 2 == 0 else reversed(pair):
-                times[n].append(timed(lambda: side.train(side_iterators[n], spe), args.calls) / (args.calls * spe))
-            fb_ms[n].append(timed(lambda: fwd_bwd(tensors[n]), args.calls * spe) / (args.calls * spe))
+                call = lambda side=side, it=side_iterators[n]: side.train(it, spe)  # noqa: E731
+                times[n].append(timed(call, args.calls) / (args.calls * spe))
+            fb_ms[n].append(timed(lambda n=n: fwd_bwd(tensors[n]), args.calls * spe) / (args.calls * spe))
 
-    print(f"policy {policy}, batch {batch_size}, {spe} steps a graph call, XLA {config.runtime.jit_compile}, "
-          f"{args.rounds} rounds of {args.calls} calls a shape")
-    print(f"{'length':>6} {'padded tok':>10} {'step ms':>8} {'min':>6} {'max':>6} {'unfused':>8} {'min':>6} "
-          f"{'fwd+bwd ms':>10} {'rest ms':>7} {'unfused':>7} {'us/padded tok':>13}")
+    print(
+        f"policy {policy}, batch {batch_size}, {spe} steps a graph call, XLA {config.runtime.jit_compile}, "
+        f"{args.rounds} rounds of {args.calls} calls a shape"
+    )
+    print(
+        f"{'length':>6} {'padded tok':>10} {'step ms':>8} {'min':>6} {'max':>6} {'unfused':>8} {'min':>6} "
+        f"{'fwd+bwd ms':>10} {'rest ms':>7} {'unfused':>7} {'us/padded tok':>13}"
+    )
     table = []
     for n in lengths:
         step, old, fb = statistics.median(step_ms[n]), statistics.median(unfused_ms[n]), statistics.median(fb_ms[n])
         tokens = n * batch_size
         table.append((tokens, step, old, fb))
-        print(f"{n:>6} {tokens:>10,} {step:>8.2f} {min(step_ms[n]):>6.2f} {max(step_ms[n]):>6.2f} {old:>8.2f} "
-              f"{min(unfused_ms[n]):>6.2f} {fb:>10.2f} {step - fb:>7.2f} {old - fb:>7.2f} {step * 1e3 / tokens:>13.2f}")
+        print(
+            f"{n:>6} {tokens:>10,} {step:>8.2f} {min(step_ms[n]):>6.2f} {max(step_ms[n]):>6.2f} {old:>8.2f} "
+            f"{min(unfused_ms[n]):>6.2f} {fb:>10.2f} {step - fb:>7.2f} {old - fb:>7.2f} {step * 1e3 / tokens:>13.2f}"
+        )
     tokens, steps, olds, fbs = (np.array(column, float) for column in zip(*table))
     b, a = np.polyfit(tokens, steps, 1)
     old_b, old_a = np.polyfit(tokens, olds, 1)
     fb_b, fb_a = np.polyfit(tokens, fbs, 1)
     mins = np.array([min(step_ms[n]) for n in lengths])
     min_b, min_a = np.polyfit(tokens, mins, 1)
-    print(f"fit of the medians: step ms = {a:.2f} + {b * 1e3:.2f} us x padded tokens "
-          f"(unfused: {old_a:.2f} + {old_b * 1e3:.2f}; fwd+bwd alone: {fb_a:.2f} + {fb_b * 1e3:.2f}); "
-          f"of the fastest rounds: {min_a:.2f} + {min_b * 1e3:.2f} us x padded tokens")
-    print(f"unfused step - fused step, median over shapes: {statistics.median(olds - steps):.2f} ms "
-          f"(min {min(olds - steps):.2f}, max {max(olds - steps):.2f})")
-    print(f"AdamW's update alone ({len(trainer.variables)} variables, "
-          f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,} parameters), a graph call of its own: "
-          f"outside XLA {statistics.median(apply_ms):.2f} ms (min {min(apply_ms):.2f}, max {max(apply_ms):.2f}), "
-          f"under XLA {statistics.median(apply_xla_ms):.2f} ms (min {min(apply_xla_ms):.2f}, max {max(apply_xla_ms):.2f})")
+    print(
+        f"fit of the medians: step ms = {a:.2f} + {b * 1e3:.2f} us x padded tokens "
+        f"(unfused: {old_a:.2f} + {old_b * 1e3:.2f}; fwd+bwd alone: {fb_a:.2f} + {fb_b * 1e3:.2f}); "
+        f"of the fastest rounds: {min_a:.2f} + {min_b * 1e3:.2f} us x padded tokens"
+    )
+    print(
+        f"unfused step - fused step, median over shapes: {statistics.median(olds - steps):.2f} ms "
+        f"(min {min(olds - steps):.2f}, max {max(olds - steps):.2f})"
+    )
+    print(
+        f"AdamW's update alone ({len(trainer.variables)} variables, "
+        f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,} parameters), a graph call of its own: "
+        f"outside XLA {statistics.median(apply_ms):.2f} ms (min {min(apply_ms):.2f}, max {max(apply_ms):.2f}), "
+        f"under XLA {statistics.median(apply_xla_ms):.2f} ms (min {min(apply_xla_ms):.2f}, max {max(apply_xla_ms):.2f})"
+    )
 
     # What the fit predicts for benchmarks/bucketing.py's ratio.
     split_lengths = task.splits["train"].lengths
     medians, fastest, unfused_medians = dict(zip(lengths, steps)), dict(zip(lengths, mins)), dict(zip(lengths, olds))
     epochs = {}
-    for name, boundaries in (("off", [lengths[-1]]), ("on", bucket_boundaries(split_lengths, config.data.max_length, config.data.num_buckets, batch_size))):
+    for name, boundaries in (
+        ("off", [lengths[-1]]),
+        ("on", bucket_boundaries(split_lengths, config.data.max_length, config.data.num_buckets, batch_size)),
+    ):
         epoch = BatchPlan(split_lengths, batch_size, boundaries, seed=0).epoch(0)
         padded = sum(len(indices) * length for indices, length in epoch)
         seconds = [sum(times[length] for _, length in epoch) / 1e3 for times in (medians, fastest, unfused_medians)]
         epochs[name] = (padded, *seconds)
-        print(f"bucketing {name}: boundaries {boundaries}, padded/real {padded / split_lengths.sum():.3f}, "
-              f"an epoch of {len(epoch)} steps at the measured step times: {seconds[0]:.2f} s (fastest rounds "
-              f"{seconds[1]:.2f} s; unfused {seconds[2]:.2f} s)")
-    (off_padded, off_median, off_fastest, off_unfused), (on_padded, on_median, on_fastest, on_unfused) = epochs["off"], epochs["on"]
-    print(f"predicted ratio {off_median / on_median:.2f} (fastest rounds {off_fastest / on_fastest:.2f}; unfused "
-          f"{off_unfused / on_unfused:.2f}; if time were proportional to padded tokens: {off_padded / on_padded:.2f})")
+        print(
+            f"bucketing {name}: boundaries {boundaries}, padded/real {padded / split_lengths.sum():.3f}, "
+            f"an epoch of {len(epoch)} steps at the measured step times: {seconds[0]:.2f} s (fastest rounds "
+            f"{seconds[1]:.2f} s; unfused {seconds[2]:.2f} s)"
+        )
+    (off_padded, off_median, off_fastest, off_unfused), (on_padded, on_median, on_fastest, on_unfused) = (
+        epochs["off"],
+        epochs["on"],
+    )
+    print(
+        f"predicted ratio {off_median / on_median:.2f} (fastest rounds {off_fastest / on_fastest:.2f}; unfused "
+        f"{off_unfused / on_unfused:.2f}; if time were proportional to padded tokens: {off_padded / on_padded:.2f})"
+    )
 
     dataset = task.train_dataset(0)
     count, started = 0, time.perf_counter()
@@ -210,12 +232,17 @@ def paired(task, trainer, spe, args):
             step_ms[name].append(seconds * 1e3 / (args.calls * spe))
     print(f"real batch plans, interleaved chunks of {args.calls * spe} steps, {args.rounds} rounds:")
     for name in names:
-        print(f"  bucketing {name}: {statistics.median(speeds[name]):,.0f} real tokens/s, "
-              f"{statistics.median(step_ms[name]):.1f} ms a step (min {min(step_ms[name]):.1f}, max {max(step_ms[name]):.1f})")
+        print(
+            f"  bucketing {name}: {statistics.median(speeds[name]):,.0f} real tokens/s, "
+            f"{statistics.median(step_ms[name]):.1f} ms a step "
+            f"(min {min(step_ms[name]):.1f}, max {max(step_ms[name]):.1f})"
+        )
     for source in ("plan", "memory"):
         ratios = [a / b for a, b in zip(speeds[f"on, {source}"], speeds[f"off, {source}"])]
-        print(f"  ratio on/off, {source}: {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, "
-              f"rounds {len(ratios)})")
+        print(
+            f"  ratio on/off, {source}: {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, "
+            f"rounds {len(ratios)})"
+        )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,9 @@ def tiny(tmp_path, spam_rows):
     """A folder with 96 train and 32 dev rows of real spam data and `tiny.toml`."""
     write_rows(tmp_path / "train.csv", spam_rows[:96])
     write_rows(tmp_path / "dev.csv", spam_rows[96:128])
-    (tmp_path / "tiny.toml").write_text(TINY_CONFIG.replace('"train.csv"', f'"{tmp_path}/train.csv"').replace('"dev.csv"', f'"{tmp_path}/dev.csv"'))
+    (tmp_path / "tiny.toml").write_text(
+        TINY_CONFIG.replace('"train.csv"', f'"{tmp_path}/train.csv"').replace('"dev.csv"', f'"{tmp_path}/dev.csv"')
+    )
     return tmp_path
 
 

@@ -23,16 +23,18 @@ def in_process(capsys, *args):
 
 
 def test_config_error_is_one_line_naming_the_key(tiny, capsys):
-    status, lines = in_process(capsys, "fit", str(tiny / "tiny.toml"), "--set", "model.num_heads=3",
-                               "--run-dir", str(tiny / "run"))
+    status, lines = in_process(
+        capsys, "fit", str(tiny / "tiny.toml"), "--set", "model.num_heads=3", "--run-dir", str(tiny / "run")
+    )
     assert status == 2
     assert lines == ["amptrain: error: model.num_heads: expected a divisor of model.hidden_dim (16), received 3"]
 
 
 def test_malformed_data_row_is_one_line_naming_path_and_line(tiny, capsys):
     (tiny / "bad.csv").write_text("text,label\nfine,ham\nthree,fields,here\n")
-    status, lines = in_process(capsys, "fit", str(tiny / "tiny.toml"), "--set", f"data.dev={tiny}/bad.csv",
-                               "--run-dir", str(tiny / "run"))
+    status, lines = in_process(
+        capsys, "fit", str(tiny / "tiny.toml"), "--set", f"data.dev={tiny}/bad.csv", "--run-dir", str(tiny / "run")
+    )
     assert status == 2
     assert lines[-1] == f"amptrain: error: {tiny}/bad.csv:3: expected 2 fields (text, label), received 3"
 
@@ -51,7 +53,9 @@ def test_the_command_prints_nothing_but_the_line(tiny):
         "amptrain: error: model.num_heads: expected a divisor of model.hidden_dim (16), received 3"
     ]
     (tiny / "bad.csv").write_text("text,label\nfine,ham\nthree,fields,here\n")
-    result = amptrain("fit", str(tiny / "tiny.toml"), "--set", f"data.dev={tiny}/bad.csv", "--run-dir", str(tiny / "run"))
+    result = amptrain(
+        "fit", str(tiny / "tiny.toml"), "--set", f"data.dev={tiny}/bad.csv", "--run-dir", str(tiny / "run")
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (

@@ -36,7 +36,9 @@ def test_wrong_type_says_expected_and_received(tiny):
 
 
 def test_impossible_values_are_refused(tiny):
-    with pytest.raises(ConfigError, match=r"model\.num_heads: expected a divisor of model\.hidden_dim \(16\), received 3"):
+    with pytest.raises(
+        ConfigError, match=r"model\.num_heads: expected a divisor of model\.hidden_dim \(16\), received 3"
+    ):
         load(tiny, "model.num_heads=3")
     with pytest.raises(ConfigError, match=r"precision\.policy: expected one of"):
         load(tiny, "precision.policy=fp8")
@@ -47,11 +49,26 @@ def test_impossible_values_are_refused(tiny):
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ("precision.loss_scale=0", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received 0\.0"),
-        ("precision.loss_scale=-8", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received -8\.0"),
-        ("precision.loss_scale=inf", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received inf"),
-        ("precision.loss_scale=nan", r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received nan"),
-        ("precision.loss_scale=static", r"precision\.loss_scale: expected auto \| dynamic \| none or a number > 0, received 'static'"),
+        (
+            "precision.loss_scale=0",
+            r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received 0\.0",
+        ),
+        (
+            "precision.loss_scale=-8",
+            r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received -8\.0",
+        ),
+        (
+            "precision.loss_scale=inf",
+            r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received inf",
+        ),
+        (
+            "precision.loss_scale=nan",
+            r"precision\.loss_scale: expected a finite number > 0 \(a fixed scale\), received nan",
+        ),
+        (
+            "precision.loss_scale=static",
+            r"precision\.loss_scale: expected auto \| dynamic \| none or a number > 0, received 'static'",
+        ),
         ("precision.initial_scale=0", r"precision\.initial_scale: expected a finite number > 0, received 0\.0"),
         ("precision.initial_scale=nan", r"precision\.initial_scale: expected a finite number > 0, received nan"),
         ("precision.backoff_factor=1", r"precision\.backoff_factor: expected a number in \(0, 1\), received 1\.0"),
@@ -61,8 +78,14 @@ def test_impossible_values_are_refused(tiny):
         ("precision.growth_interval=0", r"precision\.growth_interval: expected an integer >= 1, received 0"),
         ("precision.hysteresis=0", r"precision\.hysteresis: expected an integer >= 1, received 0"),
         ("precision.min_scale=0", r"precision\.min_scale: expected a finite number > 0, received 0\.0"),
-        ("precision.max_scale=0.5", r"precision\.min_scale: expected at most precision\.max_scale \(0\.5\), received 1\.0"),
-        ("precision.max_consecutive_skips=0", r"precision\.max_consecutive_skips: expected an integer >= 1, received 0"),
+        (
+            "precision.max_scale=0.5",
+            r"precision\.min_scale: expected at most precision\.max_scale \(0\.5\), received 1\.0",
+        ),
+        (
+            "precision.max_consecutive_skips=0",
+            r"precision\.max_consecutive_skips: expected an integer >= 1, received 0",
+        ),
         ("train.on_nonfinite=ignore", r"train\.on_nonfinite: expected stop \| skip \| restore, received 'ignore'"),
         ("train.restore_lr_factor=0", r"train\.restore_lr_factor: expected a number in \(0, 1\], received 0\.0"),
         ("train.max_restores=0", r"train\.max_restores: expected an integer >= 1, received 0"),
@@ -102,8 +125,11 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ("data.tokens_per_batch=16", r"data\.tokens_per_batch: expected 0 or at least data\.max_length rounded up to a "
-                                     r"multiple of 8 \(32\), so the longest batch holds a row, received 16"),
+        (
+            "data.tokens_per_batch=16",
+            r"data\.tokens_per_batch: expected 0 or at least data\.max_length rounded up to a "
+            r"multiple of 8 \(32\), so the longest batch holds a row, received 16",
+        ),
         ("data.tokens_per_batch=-1", r"data\.tokens_per_batch: expected an integer >= 0"),
         ("decode.beam_size=0", r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0"),
         ("train.label_smoothing=1", r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0"),

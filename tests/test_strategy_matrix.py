@@ -21,16 +21,15 @@ import json
 import os
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
+from conftest import TINY_CONFIG, write_rows
+from engine.test_distribution import amptrain_cli
 
 import amptrain
 from amptrain import cli
 from amptrain.engine.telemetry import read_metrics
-import numpy as np
-import tensorflow as tf
-
-from conftest import TINY_CONFIG, write_rows
-from engine.test_distribution import amptrain_cli
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +83,11 @@ def configs(tmp_path_factory, spam_rows, tiny_ner, tiny_translation):
     write_rows(folder / "dev.csv", spam_rows[96:128])
     config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
     (folder / "tiny.toml").write_text(config)
-    return {"classification": folder / "tiny.toml", "ner": tiny_ner / "tiny.toml",
-            "translation": tiny_translation / "tiny.toml"}
+    return {
+        "classification": folder / "tiny.toml",
+        "ner": tiny_ner / "tiny.toml",
+        "translation": tiny_translation / "tiny.toml",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +155,13 @@ def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit
         assert "global batch 8 (4 a replica)" in output
     if strategy == "launch":
         lines = output.splitlines()
-        assert any(line.startswith("[worker 0] ") for line in lines) and any(line.startswith("[worker 1] ") for line in lines)
+        assert any(line.startswith("[worker 0] ") for line in lines) and any(
+            line.startswith("[worker 1] ") for line in lines
+        )
         # Both workers trained in sync: they print the same hash of their final weights.
-        fingerprints = {line.split(" ")[1]: line.split("final weights ")[1].split()[0] for line in lines if "final weights" in line}
+        fingerprints = {
+            line.split(" ")[1]: line.split("final weights ")[1].split()[0] for line in lines if "final weights" in line
+        }
         assert set(fingerprints) == {"0]", "1]"} and len(set(fingerprints.values())) == 1, lines[-10:]
 
     # `amptrain eval` and `amptrain predict` on the run folder (one device, the run's XLA setting).
@@ -171,11 +177,15 @@ def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit
     reference = runs.one_device(task, False if strategy == "one_device" else jit)[0]
     rms, largest = differences(trained(reference), trained(run_dir))
     with capsys.disabled():
-        print(f"\nmatrix {strategy} {'xla' if jit else 'noxla'} {task}: fit {seconds:.1f} s, "
-              f"weights against one device{' without XLA' if strategy == 'one_device' else ''}: "
-              f"RMS {rms:.1e}, largest {largest:.1e}")
+        print(
+            f"\nmatrix {strategy} {'xla' if jit else 'noxla'} {task}: fit {seconds:.1f} s, "
+            f"weights against one device{' without XLA' if strategy == 'one_device' else ''}: "
+            f"RMS {rms:.1e}, largest {largest:.1e}"
+        )
     assert rms < BOUNDS[0] and largest < BOUNDS[1], (rms, largest)
     if task == "translation" and strategy != "one_device":
         # The chief wrote the test translations, the same as one device's.
         predictions = "predictions-test.tsv"
-        assert (run_dir / predictions).read_text(encoding="utf-8") == (reference / predictions).read_text(encoding="utf-8")
+        assert (run_dir / predictions).read_text(encoding="utf-8") == (reference / predictions).read_text(
+            encoding="utf-8"
+        )

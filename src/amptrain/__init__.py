@@ -1,7 +1,7 @@
 """amptrain: train Transformer models fast and without numeric surprises in mixed precision.
 
-    import amptrain
-    amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
+import amptrain
+amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
 """
 
 __version__ = "0.1.0"

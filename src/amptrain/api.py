@@ -1,10 +1,10 @@
 """The Python entry points behind the CLI: fit, evaluate, predict, audit.
 
-    import amptrain
-    amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
-    amptrain.evaluate("runs/classify-spam", split="test")
-    amptrain.predict("runs/classify-spam", ["see you at lunch"])
-    amptrain.audit("configs/classify-spam.toml", policy="mixed_float16")["risks"]  # []
+import amptrain
+amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
+amptrain.evaluate("runs/classify-spam", split="test")
+amptrain.predict("runs/classify-spam", ["see you at lunch"])
+amptrain.audit("configs/classify-spam.toml", policy="mixed_float16")["risks"]  # []
 """
 
 import os
@@ -88,7 +88,9 @@ def _fit(config, run_dir, write_dir, cluster):
     if test_metrics:
         shown = "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items() if isinstance(v, float))
         logger.info(f"test (best checkpoint): {shown}")
-    logger.info(f"results in {run_dir}: metrics.jsonl, predictions-test{task.predictions_suffix}, tensorboard/, checkpoints/")
+    logger.info(
+        f"results in {run_dir}: metrics.jsonl, predictions-test{task.predictions_suffix}, tensorboard/, checkpoints/"
+    )
     return {"run_dir": run_dir, "test": test_metrics}
 
 

@@ -1,10 +1,10 @@
 """The `amptrain` command: fit, eval, predict, audit. Thin: the work is in `amptrain.api`.
 
-    amptrain fit configs/classify-spam.toml --set train.steps=200
-    amptrain eval runs/classify-spam --split test
-    amptrain predict runs/classify-spam --text "see you at lunch"
-    amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
-    amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
+amptrain fit configs/classify-spam.toml --set train.steps=200
+amptrain eval runs/classify-spam --split test
+amptrain predict runs/classify-spam --text "see you at lunch"
+amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
+amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
 """
 
 import argparse
@@ -53,14 +53,19 @@ def _parser():
     evaluate.set_defaults(run=_eval)
 
     predict = commands.add_parser(
-        "predict", help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
-        "translation: one translated line a line)")
+        "predict",
+        help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
+        "translation: one translated line a line)",
+    )
     predict.add_argument("run_dir")
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
-    predict.add_argument("--json", action="store_true", help="translation: JSON lines ({text, translation}) "
-                         "instead of the translated text alone")
+    predict.add_argument(
+        "--json",
+        action="store_true",
+        help="translation: JSON lines ({text, translation}) instead of the translated text alone",
+    )
     predict.set_defaults(run=_predict)
 
     audit = commands.add_parser(
@@ -71,8 +76,14 @@ def _parser():
         "Exit status: 0 no risk, 1 risks found, 2 a config or data error.",
     )
     audit.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
-    audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                       help="override a config value (repeatable), e.g. precision.policy=mixed_float16")
+    audit.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable), e.g. precision.policy=mixed_float16",
+    )
     audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
     audit.set_defaults(run=_audit)
 
@@ -84,21 +95,36 @@ def _parser():
     _add_run_options(launch)  # the same as fit's: each worker runs `fit` with them
     launch.set_defaults(run=_launch)
 
-    bench = commands.add_parser("bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups")
+    bench = commands.add_parser(
+        "bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups"
+    )
     bench.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
-    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                       help="override a config value (repeatable)")
+    bench.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     bench.add_argument("--precisions", default="float32,mixed_bfloat16,mixed_float16", help="comma-separated policies")
     bench.add_argument("--jit", default="off,on", help="XLA settings to try: off,on")
     bench.add_argument("--steps-per-execution", default="1,20", help="comma-separated integers")
     bench.add_argument("--batch-sizes", default="", help="comma-separated global batch sizes (default: the config's)")
     bench.add_argument("--steps", type=int, default=30, help="timed steps a repeat (default 30)")
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats a combination (default 3)")
-    bench.add_argument("--data", choices=("real", "synthetic"), default="real",
-                       help="real: the task's input pipeline; synthetic: one real batch of the longest bucket, from memory")
+    bench.add_argument(
+        "--data",
+        choices=("real", "synthetic"),
+        default="real",
+        help="real: the task's input pipeline; synthetic: one real batch of the longest bucket, from memory",
+    )
     bench.add_argument("--run-dir", help="results go to RUN_DIR/bench (default: runs/<config name>)")
-    bench.add_argument("--max-batch", action="store_true",
-                       help="also find the largest batch that fits, per precision (doubling, then bisection)")
+    bench.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="also find the largest batch that fits, per precision (doubling, then bisection)",
+    )
     bench.add_argument("--memory-limit", help="for --max-batch on a CPU: the peak resident memory allowed, e.g. 8GiB")
     bench.set_defaults(run=_bench)
     return parser
@@ -107,8 +133,14 @@ def _parser():
 def _add_run_options(command):
     """The options of a command that trains a config into a run folder (fit, launch)."""
     command.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
-    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                         help="override a config value (repeatable); the value is read as TOML, else as a string")
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable); the value is read as TOML, else as a string",
+    )
     command.add_argument("--run-dir", help="run folder (default: runs/<config name>)")
     command.add_argument("--overwrite", action="store_true", help="delete the run folder and start afresh")
 

@@ -14,7 +14,6 @@ import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Optional
 
 import tomli_w
 
@@ -49,7 +48,7 @@ class DataConfig:
     label_column: str = "label"
     vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
     vocabulary_size: int = 8000
-    lowercase: Optional[bool] = None  # None: the task's default (classification lowercases, ner and translation keep case)
+    lowercase: bool | None = None  # None: the task's default (classification lowercases, ner and translation keep case)
     shared_vocabulary: bool = True  # translation: one vocabulary for both sides (else one a side)
     max_length: int = 128  # pieces a side (translation: the target's start and end pieces included)
     bucketing: bool = True
@@ -85,7 +84,7 @@ class DecodeConfig:
 class PrecisionConfig:
     policy: str = "auto"
     # "auto": dynamic under mixed_float16, none otherwise; "dynamic"; "none"; or a number (fixed)
-    loss_scale: typing.Union[str, float] = "auto"
+    loss_scale: str | float = "auto"
     initial_scale: float = 2.0**15
     growth_interval: int = 2000  # finite steps in a row before the scale grows
     growth_factor: float = 2.0
@@ -114,7 +113,7 @@ class RuntimeConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: Optional[int] = None  # when given, wins over epochs
+    steps: int | None = None  # when given, wins over epochs
     epochs: int = 3
     batch_size: int = 32
     optimizer: str = "adamw"  # adam | adamw
@@ -159,9 +158,22 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "tas
 RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
 # Keys that only say where a run trains: the update does not depend on the replica count,
 # so a run may resume on other devices or another number of workers.
-PLACEMENT_KEYS = ("runtime.strategy", "runtime.devices", "runtime.cpu_replicas", "runtime.tpu", "runtime.collective_timeout")
-PATH_KEYS = ("data.train", "data.dev", "data.test", "data.vocabulary", "data.train_target", "data.dev_target",
-             "data.test_target")
+PLACEMENT_KEYS = (
+    "runtime.strategy",
+    "runtime.devices",
+    "runtime.cpu_replicas",
+    "runtime.tpu",
+    "runtime.collective_timeout",
+)
+PATH_KEYS = (
+    "data.train",
+    "data.dev",
+    "data.test",
+    "data.vocabulary",
+    "data.train_target",
+    "data.dev_target",
+    "data.test_target",
+)
 
 
 def load_config(path, overrides=(), base_dir=None):
@@ -237,9 +249,7 @@ def _build_section(section, cls, values, source):
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
-            raise ConfigError(
-                f"{source}: unknown key {section}.{key}; [{section}] has: {', '.join(fields)}"
-            )
+            raise ConfigError(f"{source}: unknown key {section}.{key}; [{section}] has: {', '.join(fields)}")
         kwargs[key] = _check_type(f"{section}.{key}", fields[key].type, value)
     return cls(**kwargs)
 
@@ -288,19 +298,33 @@ def validate(config):
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
-    require(d.tokens_per_batch >= 0, "data.tokens_per_batch", "an integer >= 0 (0: train.batch_size rows)",
-            d.tokens_per_batch)
-    require(d.tokens_per_batch == 0 or d.tokens_per_batch >= round_up8(d.max_length), "data.tokens_per_batch",
-            f"0 or at least data.max_length rounded up to a multiple of 8 ({round_up8(d.max_length)}), "
-            "so the longest batch holds a row", d.tokens_per_batch)
+    require(
+        d.tokens_per_batch >= 0,
+        "data.tokens_per_batch",
+        "an integer >= 0 (0: train.batch_size rows)",
+        d.tokens_per_batch,
+    )
+    require(
+        d.tokens_per_batch == 0 or d.tokens_per_batch >= round_up8(d.max_length),
+        "data.tokens_per_batch",
+        f"0 or at least data.max_length rounded up to a multiple of 8 ({round_up8(d.max_length)}), "
+        "so the longest batch holds a row",
+        d.tokens_per_batch,
+    )
     for split in ("train", "dev", "test"):
         target = getattr(d, f"{split}_target")
         if config.task != "translation":
-            require(not target, f"data.{split}_target", "nothing (only task = \"translation\" reads target files)", target)
+            require(
+                not target, f"data.{split}_target", 'nothing (only task = "translation" reads target files)', target
+            )
         elif d.format == "parallel" or target:
             source = getattr(d, split)
-            require(bool(target) == bool(source), f"data.{split}_target",
-                    f"the target side of data.{split} ({source or 'not set'})", target)
+            require(
+                bool(target) == bool(source),
+                f"data.{split}_target",
+                f"the target side of data.{split} ({source or 'not set'})",
+                target,
+            )
     for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
         value = getattr(m, key)
         require(value >= 1, f"model.{key}", "a positive integer", value)
@@ -311,8 +335,12 @@ def validate(config):
         m.num_heads,
     )
     require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
-    require(m.num_decoder_layers >= 0, "model.num_decoder_layers", "an integer >= 0 (0: model.num_layers)",
-            m.num_decoder_layers)
+    require(
+        m.num_decoder_layers >= 0,
+        "model.num_decoder_layers",
+        "an integer >= 0 (0: model.num_layers)",
+        m.num_decoder_layers,
+    )
     c = config.decode
     require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
     require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
@@ -322,9 +350,15 @@ def validate(config):
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
     _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
-    require(r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas)
-    require(0 < r.collective_timeout < math.inf, "runtime.collective_timeout", "a finite number of seconds > 0",
-            r.collective_timeout)
+    require(
+        r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas
+    )
+    require(
+        0 < r.collective_timeout < math.inf,
+        "runtime.collective_timeout",
+        "a finite number of seconds > 0",
+        r.collective_timeout,
+    )
     require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
     require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
     require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)

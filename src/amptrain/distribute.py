@@ -52,7 +52,9 @@ class Cluster:
             task = spec.get("task") or {}
             task_type, task_index = task.get("type", "worker"), int(task.get("index", 0))
         except (ValueError, AttributeError, TypeError) as error:
-            raise ConfigError(f"TF_CONFIG: expected JSON with 'cluster' and 'task', received {raw!r} ({error})") from None
+            raise ConfigError(
+                f"TF_CONFIG: expected JSON with 'cluster' and 'task', received {raw!r} ({error})"
+            ) from None
         # TensorFlow's order: the chief (if named) is worker 0 of the collective group.
         addresses = tuple(cluster.get("chief", [])) + tuple(cluster.get("worker", []))
         if not addresses:
@@ -197,13 +199,16 @@ def _devices(runtime, default_all):
     """The device names to use: `runtime.devices`, else every GPU, else the CPU(s)."""
     import tensorflow as tf
 
-    known = {d.name.lower().replace("/job:localhost/replica:0/task:0", ""): d.name for d in tf.config.list_logical_devices()}
+    known = {
+        d.name.lower().replace("/job:localhost/replica:0/task:0", ""): d.name for d in tf.config.list_logical_devices()
+    }
     if runtime.devices:
         names = _split(runtime.devices)
         missing = [n for n in names if _normalise(n) not in known]
         if missing:
             raise ConfigError(
-                f"runtime.devices: {', '.join(missing)} not found; this machine has {', '.join(sorted(known)) or 'none'}"
+                f"runtime.devices: {', '.join(missing)} not found; "
+                f"this machine has {', '.join(sorted(known)) or 'none'}"
             )
         return names
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
@@ -229,7 +234,7 @@ def _tpu_strategy(runtime):
     if not (runtime.tpu or _tpu_hinted()):
         raise ConfigError(
             "runtime.strategy = 'tpu': no TPU named or attached; set runtime.tpu to its name or grpc:// address "
-            "(\"local\" on a TPU VM), or TPU_NAME"
+            '("local" on a TPU VM), or TPU_NAME'
         )
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=runtime.tpu or None)
@@ -260,8 +265,10 @@ def check_token_batches(bucket_rows, tokens_per_batch, strategy):
         return
     length, rows = max(uneven)
     if 8 % replicas:
-        fix = ("a token batch has a multiple of 8 rows where 8 fit: use a replica count that divides 8, "
-               "or batch by rows (train.batch_size, without data.tokens_per_batch)")
+        fix = (
+            "a token batch has a multiple of 8 rows where 8 fit: use a replica count that divides 8, "
+            "or batch by rows (train.batch_size, without data.tokens_per_batch)"
+        )
     else:
         fix = f"raise it to at least {8 * length}, so that every bucket's batches have a multiple of 8 rows"
     raise ConfigError(

@@ -63,7 +63,10 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     ports = free_ports(workers)
-    print(f"launching {workers} workers on localhost ports {', '.join(map(str, ports))}; run folder {run_dir}", file=stream)
+    print(
+        f"launching {workers} workers on localhost ports {', '.join(map(str, ports))}; run folder {run_dir}",
+        file=stream,
+    )
     lock = threading.Lock()
     processes, pumps = [], []
     for index, tf_config in enumerate(tf_configs(ports)):
@@ -106,8 +109,12 @@ def _wait(processes, grace, stream, lock):
             if code not in (None, 0) and first_failure is None:
                 first_failure, failed_at = (index, code), time.time()
                 with lock:
-                    print(f"[launch] worker {index} exited with status {_describe(code)}; waiting up to {grace:.0f} s "
-                          "for the others", file=stream, flush=True)
+                    print(
+                        f"[launch] worker {index} exited with status {_describe(code)}; waiting up to {grace:.0f} s "
+                        "for the others",
+                        file=stream,
+                        flush=True,
+                    )
         if all(code is not None for code in codes):
             break
         if failed_at is not None and time.time() - failed_at > grace:

@@ -11,12 +11,23 @@ from amptrain.errors import UserError
 
 
 def row(precision, jit, spe, real, batch=8):
-    return {"precision": precision, "jit": jit, "steps_per_execution": spe, "batch_size": batch,
-            "real_tokens_per_second": real, "padded_tokens_per_second": 2 * real, "flops_per_token": 1000.0}
+    return {
+        "precision": precision,
+        "jit": jit,
+        "steps_per_execution": spe,
+        "batch_size": batch,
+        "real_tokens_per_second": real,
+        "padded_tokens_per_second": 2 * real,
+        "flops_per_token": 1000.0,
+    }
 
 
 def test_ratios_against_the_float32_no_xla_spe1_row():
-    rows = [row("float32", False, 1, 100.0), row("float32", True, 4, 150.0), row("mixed_bfloat16", True, 4, 250.0, batch=16)]
+    rows = [
+        row("float32", False, 1, 100.0),
+        row("float32", True, 4, 150.0),
+        row("mixed_bfloat16", True, 4, 250.0, batch=16),
+    ]
     peaks = {"float32": (1e6, "measured"), "mixed_bfloat16": (2e6, "measured")}
     add_ratios(rows, peaks, default_batch_size=8)
     assert [r["speedup"] for r in rows] == [1.0, 1.5, None]  # no float32 baseline at batch 16
@@ -26,7 +37,10 @@ def test_ratios_against_the_float32_no_xla_spe1_row():
 
 
 def test_a_data_sheet_peak_counts_every_accelerator_and_a_measured_cpu_peak_once():
-    rows = [{**row("float32", False, 1, 100.0), "num_replicas": 2}, {**row("mixed_bfloat16", False, 1, 100.0), "num_replicas": 2}]
+    rows = [
+        {**row("float32", False, 1, 100.0), "num_replicas": 2},
+        {**row("mixed_bfloat16", False, 1, 100.0), "num_replicas": 2},
+    ]
     add_ratios(rows, {"float32": (1e6, "A100 tf32 peak (data sheet)"), "mixed_bfloat16": (1e6, "CPU: measured")}, 8)
     assert rows[0]["peak_flops"] == 2e6 and rows[0]["peak_source"] == "2 x A100 tf32 peak (data sheet)"
     assert rows[1]["peak_flops"] == 1e6  # two logical CPU devices share the one CPU that was measured
@@ -43,16 +57,42 @@ def test_memory_sizes():
 
 @pytest.mark.slow
 def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
-    status = main(["bench", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"), "--precisions", "float32",
-                   "--jit", "off", "--steps-per-execution", "1,2", "--steps", "2", "--repeats", "1"])
+    status = main(
+        [
+            "bench",
+            str(tiny / "tiny.toml"),
+            "--run-dir",
+            str(tiny / "run"),
+            "--precisions",
+            "float32",
+            "--jit",
+            "off",
+            "--steps-per-execution",
+            "1,2",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+        ]
+    )
     assert status == 0
     out = capsys.readouterr().out
     bench = tiny / "run" / "bench"
     results = json.loads((bench / "results.json").read_text())
     assert {"peak_flops", "peak_source", "rows"} <= set(results)
     assert results["peak_source"].startswith("CPU: a 2048x2048 float32 matrix product")
-    keys = {"precision", "jit", "steps_per_execution", "batch_size", "real_tokens_per_second",
-            "padded_tokens_per_second", "step_time_p50", "mfu", "peak_memory_bytes", "speedup"}
+    keys = {
+        "precision",
+        "jit",
+        "steps_per_execution",
+        "batch_size",
+        "real_tokens_per_second",
+        "padded_tokens_per_second",
+        "step_time_p50",
+        "mfu",
+        "peak_memory_bytes",
+        "speedup",
+    }
     assert len(results["rows"]) == 2 and all(keys <= set(r) for r in results["rows"])
     first = results["rows"][0]
     assert first["speedup"] == 1.0 and 0 < first["mfu"] < 1 and first["peak_memory_bytes"] > 0
@@ -72,13 +112,35 @@ def test_bad_lists_are_refused(tiny, capsys):
 def test_table_and_report_from_results():
     rows = add_ratios([row("float32", False, 1, 100.0)], {"float32": (1e6, "measured")}, 8)
     for r in rows:
-        r.update(examples_per_second=3.0, step_time_p10=0.01, step_time_p50=0.02, step_time_p90=0.03,
-                 compile_seconds=1.0, peak_memory_bytes=2**30, peak_memory_source="process peak RSS")
+        r.update(
+            examples_per_second=3.0,
+            step_time_p10=0.01,
+            step_time_p50=0.02,
+            step_time_p90=0.03,
+            compile_seconds=1.0,
+            peak_memory_bytes=2**30,
+            peak_memory_source="process peak RSS",
+        )
     assert "1.00x" in format_table(rows) and "1,024" in format_table(rows)
-    results = {"config": "c.toml", "overrides": [], "steps": 2, "repeats": 1, "data": "real",
-               "peaks": {"float32": {"flops": 1e9, "source": "measured"}}, "rows": rows,
-               "environment": {"cpu": "x", "cpu_count": 2, "cpu_flags": [], "accelerators": [], "platform": "p",
-                               "python": "3", "tensorflow": "2", "keras": "3"}}
+    results = {
+        "config": "c.toml",
+        "overrides": [],
+        "steps": 2,
+        "repeats": 1,
+        "data": "real",
+        "peaks": {"float32": {"flops": 1e9, "source": "measured"}},
+        "rows": rows,
+        "environment": {
+            "cpu": "x",
+            "cpu_count": 2,
+            "cpu_flags": [],
+            "accelerators": [],
+            "platform": "p",
+            "python": "3",
+            "tensorflow": "2",
+            "keras": "3",
+        },
+    }
     text = markdown_report(results, ["throughput.png"])
     assert "## Hardware and versions" in text and "![throughput.png](throughput.png)" in text
 
@@ -93,7 +155,9 @@ def test_max_batch_doubles_then_bisects(monkeypatch):
         return {"peak_memory_bytes": batch * 2**20}
 
     monkeypatch.setattr(runner, "run_worker", fake_worker)
-    largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 100 * 2**20, start=8, progress=lambda _: None)
+    largest, tried = runner.find_max_batch(
+        "c.toml", [], "float32", True, 8, 100 * 2**20, start=8, progress=lambda _: None
+    )
     assert largest == 96
     assert list(tried) == [8, 16, 32, 64, 128, 96, 112, 104]
     nothing, _ = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**20, start=8, progress=lambda _: None)
@@ -106,8 +170,12 @@ def test_max_batch_bisection_stops_at_a_sixteenth_of_the_batch(monkeypatch):
     # 1024 - 992 = 32 rows is within 992 / 16, so the search stops at 992 (the exact answer is 1000).
     from amptrain.bench import runner
 
-    monkeypatch.setattr(runner, "run_worker", lambda spec: {"peak_memory_bytes": dict(spec["overrides"])["train.batch_size"] * 2**20})
-    largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 1000 * 2**20, start=8, progress=lambda _: None)
+    monkeypatch.setattr(
+        runner, "run_worker", lambda spec: {"peak_memory_bytes": dict(spec["overrides"])["train.batch_size"] * 2**20}
+    )
+    largest, tried = runner.find_max_batch(
+        "c.toml", [], "float32", True, 8, 1000 * 2**20, start=8, progress=lambda _: None
+    )
     assert largest == 992
     assert list(tried) == [8, 16, 32, 64, 128, 256, 512, 1024, 768, 896, 960, 992]
 
@@ -132,8 +200,24 @@ def test_a_token_batched_config_is_timed_by_its_rows(tiny_translation, capsys):
     and labels the batch by its budget; options that set `train.batch_size` are refused."""
     config = str(tiny_translation / "tiny.toml")
     run_dir = str(tiny_translation / "bench-run")
-    status = main(["bench", config, "--run-dir", run_dir, "--precisions", "float32", "--jit", "off",
-                   "--steps-per-execution", "1", "--steps", "3", "--repeats", "1"])
+    status = main(
+        [
+            "bench",
+            config,
+            "--run-dir",
+            run_dir,
+            "--precisions",
+            "float32",
+            "--jit",
+            "off",
+            "--steps-per-execution",
+            "1",
+            "--steps",
+            "3",
+            "--repeats",
+            "1",
+        ]
+    )
     assert status == 0
     assert "320 tok" in capsys.readouterr().out
     (result,) = json.loads(open(f"{run_dir}/bench/results.json").read())["rows"]
@@ -152,9 +236,26 @@ def test_bench_honours_the_strategy_keys(tiny):
     """`--set runtime.cpu_replicas=2`: each combination runs mirrored over 2 logical CPUs."""
     from engine.test_distribution import amptrain_cli
 
-    result = amptrain_cli(["bench", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"), "--precisions", "float32",
-                           "--jit", "off", "--steps-per-execution", "2", "--steps", "2", "--repeats", "1",
-                           "--set", "runtime.cpu_replicas=2"])
+    result = amptrain_cli(
+        [
+            "bench",
+            str(tiny / "tiny.toml"),
+            "--run-dir",
+            str(tiny / "run"),
+            "--precisions",
+            "float32",
+            "--jit",
+            "off",
+            "--steps-per-execution",
+            "2",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+            "--set",
+            "runtime.cpu_replicas=2",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads((tiny / "run" / "bench" / "results.json").read_text())["rows"]
     assert [(r["strategy"], r["num_replicas"]) for r in rows] == [("mirrored", 2)]

@@ -9,7 +9,9 @@ from amptrain.models.classifier import build_classifier
 
 def test_training_flops_per_token_of_a_tiny_classifier():
     # hidden 16, feed-forward 32, 2 layers, 3 classes, vocabulary 64 (embeddings get no credit)
-    model = build_classifier(64, 32, 3, ModelConfig(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32), "float32")
+    model = build_classifier(
+        64, 32, 3, ModelConfig(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32), "float32"
+    )
     per_layer = 16 * 48 + 16 * 16 + 16 * 32 + 32 * 16  # qkv, attention output, ffn in, ffn out = 2048
     head = 16 * 3
     assert matmul_parameters(model) == 2 * per_layer + head == 4144
@@ -41,8 +43,15 @@ def test_training_flops_per_token_of_a_tiny_translator():
 
     from amptrain.models.translator import Translator
 
-    c = SimpleNamespace(num_layers=1, num_decoder_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-                        dropout=0.0, tie_embeddings=True)
+    c = SimpleNamespace(
+        num_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        tie_embeddings=True,
+    )
     model = Translator(40, 40, 16, c, "float32", shared_embedding=True).build_all()
     # Encoder block: qkv 8x24 + output 8x8 + ffn 8x16 + 16x8 = 192 + 64 + 256 = 512.
     # Decoder block: self 8x8 + 8x16 + 8x8, cross the same (256 each), ffn 256 = 768.

@@ -31,7 +31,9 @@ def test_order_is_a_pure_function_of_seed_and_step():
     b = BatchPlan(lengths, 8, [16, 32, 64], seed=3)
     steps = range(3 * a.steps_per_epoch)
     assert all(np.array_equal(a.batch(s)[0], b.batch(s)[0]) for s in reversed(steps))  # any access order
-    assert not np.array_equal(a.epoch(0)[0][0], a.epoch(1)[0][0]) or not np.array_equal(a.epoch(0)[1][0], a.epoch(1)[1][0])
+    assert not np.array_equal(a.epoch(0)[0][0], a.epoch(1)[0][0]) or not np.array_equal(
+        a.epoch(0)[1][0], a.epoch(1)[1][0]
+    )
     c = BatchPlan(lengths, 8, [16, 32, 64], seed=4)
     assert any(not np.array_equal(a.batch(s)[0], c.batch(s)[0]) for s in steps)
 

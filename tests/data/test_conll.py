@@ -23,9 +23,14 @@ def test_sentences_split_at_blank_and_whitespace_only_lines(tmp_path):
 
 
 def test_docstart_lines_end_a_sentence_and_are_skipped(tmp_path):
-    path = write(tmp_path / "a.conll", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n-DOCSTART-\tO\nx\tO\n")
+    path = write(
+        tmp_path / "a.conll", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n-DOCSTART-\tO\nx\tO\n"
+    )
     sentences = conll.read_conll(path)
-    assert [(s.words, s.tags, s.line) for s in sentences] == [(("EU", "rejects"), ("B-ORG", "O"), 3), (("x",), ("O",), 6)]
+    assert [(s.words, s.tags, s.line) for s in sentences] == [
+        (("EU", "rejects"), ("B-ORG", "O"), 3),
+        (("x",), ("O",), 6),
+    ]
 
 
 def test_space_separated_columns_take_the_first_as_token_and_the_last_as_tag(tmp_path):
@@ -72,7 +77,9 @@ def test_a_tag_outside_the_training_set_names_it_its_line_and_the_set(tmp_path):
     train = conll.read_conll(write(tmp_path / "t.conll", "a\tB-person\nb\tO\n"))
     tags = conll.tag_set(train)
     dev_path = write(tmp_path / "d.conll", "a\tO\n\nb\tI-person\nc\tB-product\n")
-    with pytest.raises(DataError, match=r"d\.conll:4: tag 'B-product' is not in the training tag set \['O', 'B-person', 'I-person'\]"):
+    with pytest.raises(
+        DataError, match=r"d\.conll:4: tag 'B-product' is not in the training tag set \['O', 'B-person', 'I-person'\]"
+    ):
         conll.tag_ids(conll.read_conll(dev_path), tags, dev_path)
     assert conll.tag_ids(train, tags, "t.conll") == [[1, 0]]
 

@@ -16,7 +16,7 @@ def test_csv_with_quoted_commas_and_lines(tmp_path):
 
 
 def test_malformed_row_names_path_and_line(tmp_path):
-    path = write(tmp_path / "a.csv", 'text,label\nfine,ham\ntoo,many,fields\n')
+    path = write(tmp_path / "a.csv", "text,label\nfine,ham\ntoo,many,fields\n")
     with pytest.raises(DataError, match=r"a\.csv:3: expected 2 fields \(text, label\), received 3"):
         readers.read_labelled_text(path)
 

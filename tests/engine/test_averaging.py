@@ -9,13 +9,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from poisoned import batches, poisoned_model, squared_error
 
 import amptrain
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.telemetry import read_metrics
 from amptrain.engine.trainer import Trainer
 from amptrain.precision.loss_scale import LossScaler
-from poisoned import batches, poisoned_model, squared_error
 
 INF = float("inf")
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -96,7 +96,9 @@ def one_device(tmp_path_factory, spam_rows):
     write_rows(folder / "train.csv", spam_rows[:96])
     write_rows(folder / "dev.csv", spam_rows[96:128])
     config = folder / "tiny.toml"
-    config.write_text(TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"'))
+    config.write_text(
+        TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
+    )
     runs = {}
 
     def run(policy):
@@ -116,7 +118,9 @@ def one_device(tmp_path_factory, spam_rows):
 def test_mirrored_over_two_cpus_equals_one_device(one_device, policy):
     mirrored = str(one_device.folder / f"mirrored-{policy}")
     overrides = SAME_RUN + [f"precision.policy={policy}", "runtime.strategy=mirrored", "runtime.cpu_replicas=2"]
-    result = amptrain_cli(["fit", str(one_device.config), "--run-dir", mirrored, *sum((["--set", o] for o in overrides), [])])
+    result = amptrain_cli(
+        ["fit", str(one_device.config), "--run-dir", mirrored, *sum((["--set", o] for o in overrides), [])]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = [r for r in read_metrics(os.path.join(mirrored, "metrics.jsonl")) if r["kind"] == "run"][0]
     assert (run["strategy"], run["num_replicas"], run["num_workers"]) == ("mirrored", 2, 1)
@@ -129,7 +133,9 @@ def micro_batch_trainer(accumulation_steps, scaler=None):
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.05)
     optimizer.build(model.trainable_variables)
-    return Trainer(tf.distribute.get_strategy(), model, optimizer, squared_error, scaler, accumulation_steps=accumulation_steps)
+    return Trainer(
+        tf.distribute.get_strategy(), model, optimizer, squared_error, scaler, accumulation_steps=accumulation_steps
+    )
 
 
 def rows(n, poisons=None):
@@ -167,8 +173,11 @@ def test_an_overflowing_micro_batch_skips_the_whole_accumulated_step():
 
 def test_fit_with_accumulation_counts_steps_as_updates(tiny):
     run_dir = tiny / "accumulated"
-    amptrain.fit(str(tiny / "tiny.toml"), ["train.accumulation_steps=3", "train.steps=4", "train.checkpoint_every=2"],
-                 run_dir=str(run_dir))
+    amptrain.fit(
+        str(tiny / "tiny.toml"),
+        ["train.accumulation_steps=3", "train.steps=4", "train.checkpoint_every=2"],
+        run_dir=str(run_dir),
+    )
     records = read_metrics(run_dir / "metrics.jsonl")
     run = [r for r in records if r["kind"] == "run"][0]
     # 96 examples in batches of 8: 12 batches an epoch, so 4 steps of 3 micro-batches.
@@ -180,7 +189,9 @@ def test_global_batch_must_split_evenly():
     class ThreeReplicas:
         num_replicas_in_sync = 3
 
-    with pytest.raises(ConfigError, match=r"train.batch_size: expected a multiple of the 3 replicas .* received 8; try 6 or 9"):
+    with pytest.raises(
+        ConfigError, match=r"train.batch_size: expected a multiple of the 3 replicas .* received 8; try 6 or 9"
+    ):
         distribute.check_batch_size(8, ThreeReplicas())
     distribute.check_batch_size(9, ThreeReplicas())
 
@@ -198,19 +209,35 @@ def test_token_batches_must_split_evenly():
     assert buckets(320) == ((24, 8), (40, 8)) and buckets(100) == ((24, 4), (40, 2))
     distribute.check_token_batches(buckets(320), 320, Replicas(8))
     distribute.check_token_batches(buckets(100), 100, Replicas(2))
-    with pytest.raises(ConfigError, match=r"data.tokens_per_batch: every batch must split evenly over the 4 replicas, "
-                                          r"but 100 tokens give batches of 2 rows of 40 pieces; raise it to at least 320"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.tokens_per_batch: every batch must split evenly over the 4 replicas, "
+        r"but 100 tokens give batches of 2 rows of 40 pieces; raise it to at least 320",
+    ):
         distribute.check_token_batches(buckets(100), 100, Replicas(4))
-    with pytest.raises(ConfigError, match=r"over the 3 replicas, but 320 tokens give batches of 8 rows of 40 pieces; "
-                                          r"a token batch has a multiple of 8 rows where 8 fit: use a replica count"):
+    with pytest.raises(
+        ConfigError,
+        match=r"over the 3 replicas, but 320 tokens give batches of 8 rows of 40 pieces; "
+        r"a token batch has a multiple of 8 rows where 8 fit: use a replica count",
+    ):
         distribute.check_token_batches(buckets(320), 320, Replicas(3))
 
 
 @pytest.mark.slow
 def test_replicas_that_cannot_split_the_batch_are_refused_before_any_work(tiny):
     run_dir = tiny / "three"
-    result = amptrain_cli(["fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir),
-                           "--set", "runtime.strategy=mirrored", "--set", "runtime.cpu_replicas=3"])
+    result = amptrain_cli(
+        [
+            "fit",
+            str(tiny / "tiny.toml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "runtime.strategy=mirrored",
+            "--set",
+            "runtime.cpu_replicas=3",
+        ]
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "amptrain: error: train.batch_size: expected a multiple of the 3 replicas (it is the global batch, "
@@ -252,11 +279,15 @@ def test_a_lost_peer_is_named():
     cluster = distribute.Cluster(2, 0, "worker", ("localhost:1000", "localhost:1001"))
     # The message TensorFlow 2.21 gave here when worker 1 was killed between collectives.
     error = tf.errors.UnavailableError(
-        None, None, "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
-        "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed."
+        None,
+        None,
+        "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
+        "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed.",
     )
     message = distribute.explain_lost_peer(error, cluster)
-    assert message.startswith("worker 0 (localhost:1000) of 2: lost worker 1 (localhost:1001): it stopped sending heartbeats")
+    assert message.startswith(
+        "worker 0 (localhost:1000) of 2: lost worker 1 (localhost:1001): it stopped sending heartbeats"
+    )
     assert distribute.explain_lost_peer(ValueError("x"), cluster) is None
     assert distribute.explain_lost_peer(error, distribute.Cluster()) is None
 
@@ -266,11 +297,24 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
     """Kill worker 1 mid-run: worker 0 stops by itself, naming it, within 60 s; the same
     launch again resumes from the chief's last checkpoint and ends at the same step."""
     run_dir = tiny / "killed"
-    args = ["launch", "--workers", "2", str(tiny / "tiny.toml"), "--run-dir", str(run_dir),
-            "--set", "train.steps=96", "--set", "train.checkpoint_every=8", "--set", "train.log_every=8"]
+    args = [
+        "launch",
+        "--workers",
+        "2",
+        str(tiny / "tiny.toml"),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.steps=96",
+        "--set",
+        "train.checkpoint_every=8",
+        "--set",
+        "train.log_every=8",
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    launcher = subprocess.Popen([sys.executable, "-m", "amptrain", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "amptrain", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         metrics = run_dir / "metrics.jsonl"
         deadline = time.time() + 300
@@ -288,7 +332,9 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode != 0
-    assert "[worker 0] amptrain: training stopped: worker 0" in output and "lost worker 1 (localhost:" in output, output[-3000:]
+    assert "[worker 0] amptrain: training stopped: worker 0" in output and "lost worker 1 (localhost:" in output, (
+        output[-3000:]
+    )
     assert "[launch] stopping the remaining workers" not in output
     last_checkpoint = int(tf.train.latest_checkpoint(run_dir / "checkpoints").rsplit("-", 1)[1])
 

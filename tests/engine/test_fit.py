@@ -28,7 +28,10 @@ def test_loss_falls_under_every_policy_and_execution_mode(tiny, policy, steps_pe
     records = read_metrics(tiny / "run" / "metrics.jsonl")
     run = records[0]
     assert (run["kind"], run["policy"], run["steps_per_execution"], run["jit_compile"]) == (
-        "run", policy, steps_per_execution, jit_compile
+        "run",
+        policy,
+        steps_per_execution,
+        jit_compile,
     )
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [4, 8, 12]

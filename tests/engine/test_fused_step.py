@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from poisoned import batches, poisoned_model, squared_error
 
 from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
@@ -16,7 +17,6 @@ from amptrain.distribute import is_single_device
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.trainer import Trainer
 from amptrain.precision.loss_scale import LossScaler
-from poisoned import batches, poisoned_model, squared_error
 
 INF = float("inf")
 
@@ -92,8 +92,14 @@ def test_a_skipped_step_changes_nothing_under_the_fused_step(scaler):
     optimizer.build(model.trainable_variables)
     loss_scale = LossScaler(1024.0) if scaler else None
     trainer = Trainer(
-        tf.distribute.get_strategy(), model, optimizer, squared_error, loss_scale,
-        jit_compile=True, clip_norm=1.0, stop_on_nonfinite_loss=False,
+        tf.distribute.get_strategy(),
+        model,
+        optimizer,
+        squared_error,
+        loss_scale,
+        jit_compile=True,
+        clip_norm=1.0,
+        stop_on_nonfinite_loss=False,
     )
     assert trainer.fused
     iterator = iter(batches([[1, 1], [1, INF], [1, 1]]))
@@ -134,8 +140,13 @@ def test_a_checkpoint_restores_into_a_compiled_fused_step(tiny, tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(first, state(trainer)))
     # A fresh process's trainer (a new model, nothing compiled yet) resumes alike.
     _, resumed = build(tiny, fuse_step=True, task=task)
-    fresh = Checkpoints(str(tmp_path / "checkpoints"), resumed.model, resumed.optimizer, resumed.step,
-                        {"loss_scale": resumed.loss_scale, **resumed.counters()})
+    fresh = Checkpoints(
+        str(tmp_path / "checkpoints"),
+        resumed.model,
+        resumed.optimizer,
+        resumed.step,
+        {"loss_scale": resumed.loss_scale, **resumed.counters()},
+    )
     assert fresh.restore_latest() == 3
     resumed.train(iter(task.train_dataset(3)), 3)
     assert all(np.array_equal(a, b) for a, b in zip(first, state(resumed)))
@@ -172,8 +183,9 @@ def test_the_fused_step_compiles_once_for_a_batch_shape(tiny, tiny_ner, tiny_tra
 
     configs = [str(folder / "tiny.toml") for folder in (tiny, tiny_ner, tiny_translation)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "device_compiler=1"}
-    result = subprocess.run([sys.executable, "-c", COMPILE_COUNT_SCRIPT, *configs], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_COUNT_SCRIPT, *configs], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     compiles, counts = 0, {}
     for line in result.stderr.splitlines():

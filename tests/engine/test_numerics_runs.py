@@ -23,8 +23,15 @@ def records(tiny, name, kind):
 @pytest.mark.slow
 def test_too_large_initial_scale_backs_off_then_trains(tiny):
     # 1e10 halves to below fp16's 65504 in about 18 skipped steps; then it trains.
-    fit(tiny, "run", "precision.policy=mixed_float16", "precision.initial_scale=1e10", "train.steps=40",
-        "runtime.steps_per_execution=4", "model.dropout=0.0")
+    fit(
+        tiny,
+        "run",
+        "precision.policy=mixed_float16",
+        "precision.initial_scale=1e10",
+        "train.steps=40",
+        "runtime.steps_per_execution=4",
+        "model.dropout=0.0",
+    )
     train = records(tiny, "run", "train")
     assert train[-1]["skipped_steps"] > 0 and train[-1]["loss_scale"] < 1e10
     finite = [r["loss"] for r in train if r["loss"] is not None]
@@ -38,9 +45,23 @@ def test_too_large_initial_scale_backs_off_then_trains(tiny):
 
 @pytest.mark.slow
 def test_fixed_scale_that_always_overflows_stops_with_a_diagnosis(tiny):
-    command = [sys.executable, "-m", "amptrain", "fit", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "run"),
-               "--set", "precision.policy=mixed_float16", "--set", "precision.loss_scale=1e30",
-               "--set", "precision.max_consecutive_skips=6", "--set", "train.steps=20"]
+    command = [
+        sys.executable,
+        "-m",
+        "amptrain",
+        "fit",
+        str(tiny / "tiny.toml"),
+        "--run-dir",
+        str(tiny / "run"),
+        "--set",
+        "precision.policy=mixed_float16",
+        "--set",
+        "precision.loss_scale=1e30",
+        "--set",
+        "precision.max_consecutive_skips=6",
+        "--set",
+        "train.steps=20",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "6 steps in a row were skipped (precision.max_consecutive_skips = 6)" in result.stderr
@@ -49,14 +70,26 @@ def test_fixed_scale_that_always_overflows_stops_with_a_diagnosis(tiny):
     last = records(tiny, "run", "train")[-1]
     assert (last["step"], last["skipped_steps"], last["consecutive_skips"], last["loss"]) == (6, 6, 6, None)
     # The last good checkpoint (step 4) is intact; nothing was saved after it.
-    assert sorted(os.listdir(tiny / "run" / "checkpoints")) == ["checkpoint", "ckpt-4.data-00000-of-00001", "ckpt-4.index"]
+    assert sorted(os.listdir(tiny / "run" / "checkpoints")) == [
+        "checkpoint",
+        "ckpt-4.data-00000-of-00001",
+        "ckpt-4.index",
+    ]
     assert not records(tiny, "run", "end")
 
 
 def test_overflow_at_the_minimum_scale_stops(tiny):
-    with pytest.raises(NumericsError, match=r"overflowed with the loss scale already at precision.min_scale \(1e\+09\)"):
-        fit(tiny, "run", "precision.policy=mixed_float16", "precision.initial_scale=8e9", "precision.min_scale=1e9",
-            "precision.max_scale=1e10")
+    with pytest.raises(
+        NumericsError, match=r"overflowed with the loss scale already at precision.min_scale \(1e\+09\)"
+    ):
+        fit(
+            tiny,
+            "run",
+            "precision.policy=mixed_float16",
+            "precision.initial_scale=8e9",
+            "precision.min_scale=1e9",
+            "precision.max_scale=1e10",
+        )
     # 8e9 -> 4e9 -> 2e9 -> 1e9, then the fourth overflow is at the floor.
     last = records(tiny, "run", "train")[-1]
     assert (last["step"], last["loss_scale"]) == (4, pytest.approx(1e9))

@@ -47,8 +47,10 @@ def test_the_factor_scales_every_rate():
 
 
 def test_build_optimizer_from_the_train_section():
-    adamw, factor = build_optimizer(TrainConfig(optimizer="adamw", learning_rate=1e-3, weight_decay=0.01,
-                                                warmup_steps=10, decay="linear"), total_steps=110)
+    adamw, factor = build_optimizer(
+        TrainConfig(optimizer="adamw", learning_rate=1e-3, weight_decay=0.01, warmup_steps=10, decay="linear"),
+        total_steps=110,
+    )
     assert isinstance(adamw, keras.optimizers.AdamW) and adamw.weight_decay == 0.01
     assert isinstance(adamw._learning_rate, WarmupDecay) and adamw._learning_rate.factor is factor
     assert current_learning_rate(adamw) == pytest.approx(1e-4)  # step 0 of 10 warm-up steps

@@ -12,7 +12,13 @@ from amptrain.engine.telemetry import read_metrics
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = ["runtime.deterministic=true", "train.steps=60", "train.log_every=4", "train.checkpoint_every=8", "train.eval_every=20"]
+SETTINGS = [
+    "runtime.deterministic=true",
+    "train.steps=60",
+    "train.log_every=4",
+    "train.checkpoint_every=8",
+    "train.eval_every=20",
+]
 
 
 def command(tiny, run_dir, *extra):
@@ -66,8 +72,11 @@ def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny, ema_d
     test = [r for r in records if r["kind"] == "eval" and r["split"] == "test"]
     assert len(test) == 1
     dev = [(r["step"], r["checkpoint"], r["accuracy"]) for r in records if r["kind"] == "eval" and r["split"] == "dev"]
-    expected_dev = [(r["step"], r["checkpoint"], r["accuracy"])
-                    for r in read_metrics(tiny / "uninterrupted" / "metrics.jsonl") if r["kind"] == "eval" and r["split"] == "dev"]
+    expected_dev = [
+        (r["step"], r["checkpoint"], r["accuracy"])
+        for r in read_metrics(tiny / "uninterrupted" / "metrics.jsonl")
+        if r["kind"] == "eval" and r["split"] == "dev"
+    ]
     assert dev[-1] == expected_dev[-1] and dev[-1][1] == ("average" if ema_decay else "latest")
 
 
@@ -75,7 +84,9 @@ def test_sigterm_saves_a_checkpoint_of_the_current_step_and_exits_143(tiny):
     run_dir = tiny / "terminated"
     # Long enough not to finish on its own; train.steps may change on a rerun.
     long_run = "train.steps=100000"
-    process = subprocess.Popen(command(tiny, run_dir, long_run), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command(tiny, run_dir, long_run), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 300
     while not committed(run_dir, 8):
         assert process.poll() is None and time.time() < deadline

@@ -12,10 +12,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from poisoned import batches, poisoned_model, squared_error
 
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, TOO_MANY_SKIPS, Trainer
 from amptrain.precision.loss_scale import LossScaler
-from poisoned import batches, poisoned_model, squared_error
 
 INF = float("inf")
 HERE = os.path.dirname(os.path.abspath(__file__))

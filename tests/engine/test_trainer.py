@@ -9,9 +9,9 @@ this process's one CPU, a MirroredStrategy over it takes that same code path.
 
 import numpy as np
 import tensorflow as tf
+from poisoned import batches, poisoned_model
 
 from amptrain.engine.trainer import Trainer
-from poisoned import batches, poisoned_model
 
 
 def predicted(strategy, jit_compile):

@@ -11,8 +11,15 @@ import tensorflow as tf
 from amptrain.models.decoding import Search
 from amptrain.models.translator import Translator
 
-CONFIG = SimpleNamespace(num_layers=2, num_decoder_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                         dropout=0.0, tie_embeddings=True)
+CONFIG = SimpleNamespace(
+    num_layers=2,
+    num_decoder_layers=2,
+    hidden_dim=16,
+    num_heads=2,
+    intermediate_dim=32,
+    dropout=0.0,
+    tie_embeddings=True,
+)
 
 
 @pytest.fixture(scope="module")

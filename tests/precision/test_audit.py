@@ -15,7 +15,13 @@ from amptrain.precision.audit import audit_model, format_report
 
 POLICIES = ["float32", "mixed_bfloat16", "mixed_float16"]
 ISLANDS = {
-    "block_0/attention_norm", "block_0/attention", "block_0/ffn_norm", "final_norm", "pooling", "head_dropout", "logits"
+    "block_0/attention_norm",
+    "block_0/attention",
+    "block_0/ffn_norm",
+    "final_norm",
+    "pooling",
+    "head_dropout",
+    "logits",
 }
 
 

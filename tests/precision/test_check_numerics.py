@@ -30,8 +30,12 @@ def test_a_diverging_run_stops_naming_the_op_and_the_layer_with_xla_off(tiny):
     # A learning rate of 1e30 moves every weight by about 1e30 in the first step (Adam's
     # step is about the learning rate), so the second forward pass squares ~1e30 in the
     # first layer norm's variance: a real +inf in float32, no layer patched.
-    overrides = ["runtime.check_numerics=true", "runtime.jit_compile=true", "precision.policy=float32",
-                 "train.learning_rate=1e30"]
+    overrides = [
+        "runtime.check_numerics=true",
+        "runtime.jit_compile=true",
+        "precision.policy=float32",
+        "train.learning_rate=1e30",
+    ]
     with pytest.raises(NumericsError) as caught:
         amptrain.fit(str(tiny / "tiny.toml"), overrides, run_dir=str(tiny / "run"))
     diagnosis = str(caught.value)
@@ -89,7 +93,9 @@ def test_a_nested_layer_is_named_with_the_model_and_without_it(checking):
     model = keras.Model(inputs, Outer(name="outer")(keras.layers.Dense(3, name="dense")(inputs)), name="net")
     error = raised(tf.function(lambda x: model(x)), tf.ones((2, 3)))
     with_model = check_numerics.explain(error, model).splitlines()
-    assert with_model[0] == "check-numerics: a float32 NaN came out of op Sqrt in layer outer/inner (Inner), forward pass"
+    assert (
+        with_model[0] == "check-numerics: a float32 NaN came out of op Sqrt in layer outer/inner (Inner), forward pass"
+    )
     assert with_model[1].startswith("  op: Sqrt, node net_1/outer_1/inner_1/Sqrt, output 0, graph ")
     assert "test_check_numerics.py:" in with_model[2]  # Inner.call
     # From the name scopes alone: the `_N` of each Keras call scope marks the layers.

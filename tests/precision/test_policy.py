@@ -10,7 +10,10 @@ def gpu(major, minor):
 
 
 def test_a_named_policy_is_taken_as_asked():
-    assert select_policy("mixed_float16", devices=[], cpu_flags=set()) == ("mixed_float16", "asked for in precision.policy")
+    assert select_policy("mixed_float16", devices=[], cpu_flags=set()) == (
+        "mixed_float16",
+        "asked for in precision.policy",
+    )
     assert select_policy("float32", devices=[gpu(9, 0)])[0] == "float32"
 
 
@@ -26,7 +29,11 @@ def test_a_named_policy_is_taken_as_asked():
         # Several GPUs: the weakest decides (an A100 beside a V100 gets fp16).
         ([gpu(8, 0), gpu(7, 0)], "mixed_float16", "GPU compute capability 7.0: fp16 tensor cores, no bf16"),
         # A GPU whose details TensorFlow could not read counts as no tensor cores.
-        ([{"type": "GPU", "name": "/physical_device:GPU:0"}], "float32", "GPU compute capability 0.0 < 7.0: no tensor cores"),
+        (
+            [{"type": "GPU", "name": "/physical_device:GPU:0"}],
+            "float32",
+            "GPU compute capability 0.0 < 7.0: no tensor cores",
+        ),
     ],
 )
 def test_auto_on_accelerators(devices, expected, reason):

@@ -28,7 +28,10 @@ def make_task(tmp_path, *overrides):
     (tmp_path / "train.conll").write_text(SENTENCES, encoding="utf-8")
     vocabulary = pad_to_multiple(RESERVED_TOKENS + PIECES, 8)
     save_vocabulary(vocabulary, tmp_path / "hand-vocab.txt")
-    raw = {"task": "ner", "data": {"train": str(tmp_path / "train.conll"), "vocabulary": str(tmp_path / "hand-vocab.txt")}}
+    raw = {
+        "task": "ner",
+        "data": {"train": str(tmp_path / "train.conll"), "vocabulary": str(tmp_path / "hand-vocab.txt")},
+    }
     config = config_lib.config_from_dict(raw, overrides)
     (tmp_path / "run").mkdir()
     task = NerTask(config, str(tmp_path / "run"))
@@ -76,14 +79,25 @@ def test_truncated_words_are_counted_predicted_o_and_missed(tmp_path):
     assert (metrics["gold_entities"], metrics["correct_entities"], metrics["predicted_entities"]) == (3, 2, 2)
     assert metrics["recall"] == pytest.approx(2 / 3) and metrics["precision"] == 1.0
     lines = (tmp_path / "predictions.conll").read_text(encoding="utf-8").split("\n")
-    assert lines[:5] == ["Empire\tB-location\tB-location", "State\tI-location\tI-location", "=\tO\tO", "ESB\tB-location\tO", ""]
+    assert lines[:5] == [
+        "Empire\tB-location\tB-location",
+        "State\tI-location\tI-location",
+        "=\tO\tO",
+        "ESB\tB-location\tO",
+        "",
+    ]
     assert lines[5:9] == ["@bob\tB-person\tB-person", "\u200b\tO\tO", "storm\tO\tO", ""]
 
 
 def test_ner_keeps_case_by_default_and_classification_lowercases(tmp_path):
     task, _ = make_task(tmp_path)
     assert task.lowercase is False
-    assert NerTask(config_lib.config_from_dict({"task": "ner", "data": {"lowercase": True, "train": str(tmp_path / "train.conll")}}), "").lowercase
+    assert NerTask(
+        config_lib.config_from_dict(
+            {"task": "ner", "data": {"lowercase": True, "train": str(tmp_path / "train.conll")}}
+        ),
+        "",
+    ).lowercase
     from amptrain.tasks.classification import ClassificationTask
 
     classification = config_lib.config_from_dict({"data": {"train": str(tmp_path / "train.conll"), "format": "csv"}})
@@ -96,7 +110,10 @@ def test_ner_keeps_case_by_default_and_classification_lowercases(tmp_path):
 
 def test_the_format_must_suit_the_task(tmp_path):
     (tmp_path / "train.conll").write_text(SENTENCES, encoding="utf-8")
-    with pytest.raises(config_lib.ConfigError, match=r"data\.format: expected one of \('auto', 'conll'\) for task 'ner', received 'csv'"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match=r"data\.format: expected one of \('auto', 'conll'\) for task 'ner', received 'csv'",
+    ):
         config_lib.config_from_dict({"task": "ner", "data": {"train": str(tmp_path / "train.conll"), "format": "csv"}})
 
 
@@ -120,12 +137,20 @@ def test_word_shapes_by_hand():
         shape = word_shape(word, start)
         return SHAPES[(shape - 1) % len(SHAPES)], shape > len(SHAPES)
 
-    assert [name(w)[0] for w in ["storm", "Empire", "ESB", "iPhone", "I", "2017", "=", "@paulwalk", "#tbt", "https://t.co/x", "2pm"]] == [
-        "lower", "title", "caps", "mixed", "title", "number", "punctuation", "mention", "hashtag", "url", "lower"]
+    assert [
+        name(w)[0]
+        for w in ["storm", "Empire", "ESB", "iPhone", "I", "2017", "=", "@paulwalk", "#tbt", "https://t.co/x", "2pm"]
+    ] == ["lower", "title", "caps", "mixed", "title", "number", "punctuation", "mention", "hashtag", "url", "lower"]
     assert name("It", start=True) == ("title", True)
     # [CLS] gets 0; every piece of a word gets the word's shape; the first word is marked as the start.
     shapes = piece_shapes(["Empire", "State", "x"], ids=[2, 10, 11, 12, 13], firsts=[1, 3, 4])
-    assert list(shapes) == [0, word_shape("Empire", True), word_shape("Empire", True), word_shape("State", False), word_shape("x", False)]
+    assert list(shapes) == [
+        0,
+        word_shape("Empire", True),
+        word_shape("Empire", True),
+        word_shape("State", False),
+        word_shape("x", False),
+    ]
 
 
 def test_word_characters_by_hand():
@@ -171,7 +196,12 @@ def test_capitalised_words_carry_how_often_training_saw_them_lower_case(tmp_path
     assert case_bucket("The", None) == 0
     # the bucket moves the shape id by 18 (2 * 9 shapes) a step; the table holds the largest id
     shapes = piece_shapes(["The", "Storm", "Empire"], ids=[2, 10, 11, 12], firsts=[1, 2, 3], lowercase_counts=counts)
-    assert list(shapes) == [0, word_shape("The", True) + 36, word_shape("Storm", False) + 18, word_shape("Empire", False)]
+    assert list(shapes) == [
+        0,
+        word_shape("The", True) + 36,
+        word_shape("Storm", False) + 18,
+        word_shape("Empire", False),
+    ]
     assert 1 + 2 * len(SHAPES) * 3 <= NUM_SHAPES and NUM_SHAPES % 8 == 0
     # learned from the training split's lower-case words (with a letter), saved in the run folder
     task, _ = make_task(tmp_path)

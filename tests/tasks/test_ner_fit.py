@@ -15,8 +15,12 @@ from amptrain.metrics.spans import score, spans
 def run(tiny_ner):
     # With a weight average, as configs/ner-wnut17.toml: the scores and predictions below come
     # from the averaged weights the best checkpoint holds.
-    overrides = ["precision.policy=mixed_bfloat16", "runtime.steps_per_execution=2", "train.eval_every=4",
-                 "train.ema_decay=0.9"]
+    overrides = [
+        "precision.policy=mixed_bfloat16",
+        "runtime.steps_per_execution=2",
+        "train.eval_every=4",
+        "train.ema_decay=0.9",
+    ]
     amptrain.fit(str(tiny_ner / "tiny.toml"), overrides, run_dir=str(tiny_ner / "bf16"))
     return tiny_ner / "bf16"
 
@@ -75,11 +79,16 @@ def test_eval_scores_like_the_run_and_predict_gives_tokens_tags_and_spans(run):
 def test_cli_predict_prints_one_json_line_a_text(run):
     result = subprocess.run(
         [sys.executable, "-m", "amptrain", "predict", str(run), "--text", "Empire State Building", "--text", "hi"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.strip().split("\n")]
-    assert [(r["text"], r["tokens"]) for r in lines] == [("Empire State Building", ["Empire", "State", "Building"]), ("hi", ["hi"])]
+    assert [(r["text"], r["tokens"]) for r in lines] == [
+        ("Empire State Building", ["Empire", "State", "Building"]),
+        ("hi", ["hi"]),
+    ]
     assert all(tag == "O" or tag[:2] in ("B-", "I-") for r in lines for tag in r["tags"])
 
 

@@ -1,7 +1,6 @@
 """Translation: batches and the loss mask, detokenising, and a tiny run end to end under
 mixed_bfloat16 with XLA, scored and used to translate."""
 
-import json
 import math
 import subprocess
 import sys
@@ -39,8 +38,16 @@ def test_label_smoothing_spreads_the_target_over_the_vocabulary():
 
 def test_a_batch_shifts_the_target_and_masks_padding():
     pairs = [None, None]
-    split = Split("t", "t", pairs, [np.array([5, 6, 7]), np.array([8])], [np.array([10, 11]), np.array([12, 13, 14])],
-                  max_length=8, start_id=2, end_id=3)
+    split = Split(
+        "t",
+        "t",
+        pairs,
+        [np.array([5, 6, 7]), np.array([8])],
+        [np.array([10, 11]), np.array([12, 13, 14])],
+        max_length=8,
+        start_id=2,
+        end_id=3,
+    )
     assert split.lengths.tolist() == [3, 4]  # the longer side: source 3; decoder 1 + 3 pieces
     features, targets, counts = TranslationTask._batch_builder(split)(np.array([0, 1, -1]), 8)
     assert features["source_ids"][0].tolist() == [5, 6, 7, 0, 0, 0, 0, 0]
@@ -73,8 +80,10 @@ def test_token_budget_rows_and_the_plan_that_uses_them():
 @pytest.mark.parametrize(
     "pieces, text",
     [
-        (["Y", "dijo", "Dios", ":", "Sea", "la", "luz", ";", "y", "fue", "la", "luz", "."],
-         "Y dijo Dios: Sea la luz; y fue la luz."),
+        (
+            ["Y", "dijo", "Dios", ":", "Sea", "la", "luz", ";", "y", "fue", "la", "luz", "."],
+            "Y dijo Dios: Sea la luz; y fue la luz.",
+        ),
         (["¿", "Qui", "##én", "eres", "tú", "?"], "¿Quién eres tú?"),
         (["the", "LORD", "'", "s", "house", ",", "(", "selah", ")"], "the LORD's house, (selah)"),
         ([], ""),
@@ -128,8 +137,12 @@ def test_predict_translates_a_file_line_by_line(run, tmp_path):
     sources, hypotheses = zip(*[(r.split("\t")[0], r.split("\t")[2]) for r in rows[:2]])
     path = tmp_path / "in.txt"
     path.write_text(f"{sources[0]}\n\n{sources[1]}\n", encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "amptrain", "predict", str(run), "--input", str(path)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "amptrain", "predict", str(run), "--input", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.split("\n") == [hypotheses[0], "", hypotheses[1], ""]
 
 

@@ -57,8 +57,8 @@ def grid_from_args(args):
 
 
 def bench(args):
-    from amptrain.bench import report
     from amptrain import config as config_lib
+    from amptrain.bench import report
     from amptrain.bench.runner import find_max_batch, parse_memory, refuse_batch_sizes, run_bench
 
     grid = grid_from_args(args)
@@ -72,8 +72,9 @@ def bench(args):
         results["max_batch"] = {}
         for precision in grid.precisions:
             start = max(r["batch_size"] for r in results["rows"])
-            largest, tried = find_max_batch(args.config, args.overrides, precision, grid.jit[-1],
-                                            grid.steps_per_execution[-1], memory_limit, start)
+            largest, tried = find_max_batch(
+                args.config, args.overrides, precision, grid.jit[-1], grid.steps_per_execution[-1], memory_limit, start
+            )
             results["max_batch"][precision] = {"largest": largest, "tried": tried, "memory_limit_bytes": memory_limit}
         report.write_all(results, out_dir)
     print(report.format_table(results["rows"]))

@@ -1,7 +1,7 @@
 """What `amptrain bench` writes: a terminal table, `results.json`, `report.md` and PNG plots.
 
-    print(format_table(results["rows"]))
-    write_all(results, "runs/classify-spam/bench")
+print(format_table(results["rows"]))
+write_all(results, "runs/classify-spam/bench")
 """
 
 import json
@@ -106,7 +106,8 @@ def markdown_report(results, plots):
     lines = [
         "# amptrain bench",
         "",
-        f"Config `{results['config']}`" + (f" with `{' '.join(results['overrides'])}`" if results["overrides"] else "")
+        f"Config `{results['config']}`"
+        + (f" with `{' '.join(results['overrides'])}`" if results["overrides"] else "")
         + f"; {results['steps']} steps × {results['repeats']} repeats a combination, data: {results['data']}, "
         "each combination in its own process (compile timed apart).",
         "",
@@ -124,7 +125,8 @@ def markdown_report(results, plots):
         "",
         "MFU counts real tokens; `MFU padded` counts padded ones. Speed-up: real tokens/s against the "
         "float32 / XLA off / spe 1 row of the same batch size. Peak memory: "
-        + (results["rows"][0]["peak_memory_source"] if results["rows"] else "-") + ".",
+        + (results["rows"][0]["peak_memory_source"] if results["rows"] else "-")
+        + ".",
         "",
         format_table(results["rows"], markdown=True),
         "",
@@ -140,8 +142,11 @@ def write_plots(rows, out_dir):
     matplotlib.use("Agg")  # no display
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['precision'].replace('mixed_', '')}\nXLA {'on' if r['jit'] else 'off'}\nspe {r['steps_per_execution']}"
-              f"\nbatch {batch_label(r)}" for r in rows]
+    labels = [
+        f"{r['precision'].replace('mixed_', '')}\nXLA {'on' if r['jit'] else 'off'}\nspe {r['steps_per_execution']}"
+        f"\nbatch {batch_label(r)}"
+        for r in rows
+    ]
     charts = (
         ("throughput.png", "real tokens/s", [r["real_tokens_per_second"] for r in rows]),
         ("memory.png", "peak memory (MiB)", [r["peak_memory_bytes"] / 2**20 for r in rows]),

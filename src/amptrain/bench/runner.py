@@ -63,7 +63,10 @@ def hardware_peaks(precisions):
             continue
         dtype = COMPUTE_DTYPES[precision]
         measured = run_worker({"kind": "peak", "dtype": dtype})
-        peaks[precision] = (measured["flops"], f"CPU: a {measured['size']}x{measured['size']} {dtype} matrix product, measured in this run")
+        peaks[precision] = (
+            measured["flops"],
+            f"CPU: a {measured['size']}x{measured['size']} {dtype} matrix product, measured in this run",
+        )
     return peaks
 
 
@@ -74,13 +77,22 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
         settings = [("precision.policy", precision), ("runtime.jit_compile", jit), ("runtime.steps_per_execution", spe)]
         if batch_size:
             settings.append(("train.batch_size", batch_size))
-        spec = {"kind": "combination", "config": config_path, "overrides": [*overrides, *settings],
-                "steps": steps, "repeats": repeats, "data": data}
-        progress(f"[{index}/{len(combinations)}] {precision}, XLA {'on' if jit else 'off'}, "
-                 f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else ""))
+        spec = {
+            "kind": "combination",
+            "config": config_path,
+            "overrides": [*overrides, *settings],
+            "steps": steps,
+            "repeats": repeats,
+            "data": data,
+        }
+        progress(
+            f"[{index}/{len(combinations)}] {precision}, XLA {'on' if jit else 'off'}, "
+            f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else "")
+        )
         result = run_worker(spec)
-        rows.append({"precision": precision, "jit": jit, "steps_per_execution": spe,
-                     "batch_size": batch_size, **result})
+        rows.append(
+            {"precision": precision, "jit": jit, "steps_per_execution": spe, "batch_size": batch_size, **result}
+        )
     return rows
 
 
@@ -102,8 +114,12 @@ def add_ratios(rows, peaks, default_batch_size, tokens_per_batch=0):
         row["mfu_padded"] = row["flops_per_token"] * row["padded_tokens_per_second"] / peak
         row["model_flops_per_second"] = row["flops_per_token"] * row["real_tokens_per_second"]
     for row in rows:
-        base = [b for b in rows if (b["precision"], b["jit"], b["steps_per_execution"], b["batch_size"])
-                == ("float32", False, 1, row["batch_size"])]
+        base = [
+            b
+            for b in rows
+            if (b["precision"], b["jit"], b["steps_per_execution"], b["batch_size"])
+            == ("float32", False, 1, row["batch_size"])
+        ]
         row["speedup"] = row["real_tokens_per_second"] / base[0]["real_tokens_per_second"] if base else None
     return rows
 
@@ -112,9 +128,11 @@ def refuse_batch_sizes(config, option):
     """`--batch-sizes` and `--max-batch` set `train.batch_size`, which a config with
     `data.tokens_per_batch` ignores: they would time the same batches under other labels."""
     if config.data.tokens_per_batch:
-        raise UserError(f"{option}: this config batches by tokens (data.tokens_per_batch = "
-                        f"{config.data.tokens_per_batch}), so train.batch_size, which {option} sets, is not used; "
-                        "vary the budget with --set data.tokens_per_batch=N instead")
+        raise UserError(
+            f"{option}: this config batches by tokens (data.tokens_per_batch = "
+            f"{config.data.tokens_per_batch}), so train.batch_size, which {option} sets, is not used; "
+            "vary the budget with --set data.tokens_per_batch=N instead"
+        )
 
 
 def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progress=print):
@@ -130,8 +148,12 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
     os.makedirs(out_dir, exist_ok=True)
     progress("measuring the hardware peak")
     peaks = hardware_peaks(grid.precisions)
-    rows = add_ratios(measure_rows(config_path, overrides, grid, steps, repeats, data, progress), peaks,
-                      config.train.batch_size, config.data.tokens_per_batch)
+    rows = add_ratios(
+        measure_rows(config_path, overrides, grid, steps, repeats, data, progress),
+        peaks,
+        config.train.batch_size,
+        config.data.tokens_per_batch,
+    )
     float32_peak = peaks.get("float32") or next(iter(peaks.values()))
     results = {
         "config": os.path.abspath(config_path),
@@ -161,8 +183,9 @@ def parse_memory(text):
         raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
 
 
-def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=1,
-                   resolution=1 / 16):
+def find_max_batch(
+    config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=1, resolution=1 / 16
+):
     """The largest batch (a multiple of 8) whose run fits: the worker succeeds and, on a
     CPU, its peak resident memory stays under `memory_limit`. Doubling from `start`, then
     bisection down to 8 rows or `resolution` of the batch, whichever is coarser (each
@@ -172,10 +195,20 @@ def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, st
     tried = {}
 
     def fits(batch):
-        settings = [("precision.policy", precision), ("runtime.jit_compile", jit),
-                    ("runtime.steps_per_execution", spe), ("train.batch_size", batch)]
-        spec = {"kind": "combination", "config": config_path, "overrides": [*overrides, *settings],
-                "steps": steps, "repeats": 1, "data": "synthetic"}
+        settings = [
+            ("precision.policy", precision),
+            ("runtime.jit_compile", jit),
+            ("runtime.steps_per_execution", spe),
+            ("train.batch_size", batch),
+        ]
+        spec = {
+            "kind": "combination",
+            "config": config_path,
+            "overrides": [*overrides, *settings],
+            "steps": steps,
+            "repeats": 1,
+            "data": "synthetic",
+        }
         try:
             peak = run_worker(spec)["peak_memory_bytes"]
             why = ""
@@ -183,8 +216,11 @@ def find_max_batch(config_path, overrides, precision, jit, spe, memory_limit, st
             peak, why = None, " (" + str(error).strip().splitlines()[-1][:200] + ")"
         tried[batch] = peak
         ok = peak is not None and (memory_limit is None or peak <= memory_limit)
-        progress(f"  {precision}: batch {batch} " + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed" + why)
-                 + (" fits" if ok else " does not fit"))
+        progress(
+            f"  {precision}: batch {batch} "
+            + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed" + why)
+            + (" fits" if ok else " does not fit")
+        )
         return ok
 
     low, high = None, max(8, start - start % 8)

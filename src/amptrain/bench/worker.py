@@ -49,7 +49,9 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
     policy, _ = select_policy(config.precision.policy)
     strategy = strategy or distribute.select_strategy(config.runtime).strategy
     if config.data.tokens_per_batch:
-        distribute.check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), config.data.tokens_per_batch, strategy)
+        distribute.check_token_batches(
+            tuple(zip(task.boundaries, task.batch_rows())), config.data.tokens_per_batch, strategy
+        )
     else:
         distribute.check_batch_size(config.train.batch_size, strategy)
     with strategy.scope():
@@ -57,8 +59,16 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
-        trainer = Trainer(strategy, model, optimizer, task.loss_fn, scaler, config.runtime.jit_compile, config.train.clip_norm,
-                          fuse_step=fuse_step)
+        trainer = Trainer(
+            strategy,
+            model,
+            optimizer,
+            task.loss_fn,
+            scaler,
+            config.runtime.jit_compile,
+            config.train.clip_norm,
+            fuse_step=fuse_step,
+        )
     return task, model, trainer, policy
 
 
@@ -96,7 +106,9 @@ def measure_combination(spec):
         "strategy": placement.name,
         "num_replicas": strategy.num_replicas_in_sync,
         "peak_memory_bytes": _peak_memory(tf),
-        "peak_memory_source": "GPU:0 peak (get_memory_info)" if tf.config.list_physical_devices("GPU") else "process peak RSS",
+        "peak_memory_source": "GPU:0 peak (get_memory_info)"
+        if tf.config.list_physical_devices("GPU")
+        else "process peak RSS",
     }
 
 

@@ -54,8 +54,10 @@ def bucket_boundaries(lengths, max_length, num_buckets, batch_size=1):
     best = [(cost(0, j), (j,)) for j in range(k)]
     for _ in range(min(num_buckets - (longest < top), k) - 1):
         best = [
-            min([best[j]] + [(best[i][0] + cost(i + 1, j), best[i][1] + (j,)) for i in range(j)],
-                key=lambda option: (option[0], len(option[1])))
+            min(
+                [best[j]] + [(best[i][0] + cost(i + 1, j), best[i][1] + (j,)) for i in range(j)],
+                key=lambda option: (option[0], len(option[1])),
+            )
             for j in range(k)
         ]
     return sorted({int(candidates[j]) for j in best[k - 1][1]} | {top})

@@ -38,7 +38,7 @@ class Sentence:
 def read_conll(path, format="auto"):
     """Reads the sentences of a CoNLL file; every error starts with `path:line`."""
     if detect_format(path, format) != "conll":
-        raise DataError(f"{path}: task ner reads CoNLL files (token<TAB>tag); set data.format = \"conll\"")
+        raise DataError(f'{path}: task ner reads CoNLL files (token<TAB>tag); set data.format = "conll"')
     sentences = read_lines(path, lambda f: list(_sentences(f, path)))
     if not sentences:
         raise DataError(f"{path}: no sentences; expected token<TAB>tag lines")
@@ -68,8 +68,7 @@ def _columns(line, path, number):
     columns = [c for c in columns if c]
     if len(columns) < 2:
         raise DataError(
-            f"{path}:{number}: expected token<TAB>tag (or space-separated columns, the tag last), "
-            f"received {line!r}"
+            f"{path}:{number}: expected token<TAB>tag (or space-separated columns, the tag last), received {line!r}"
         )
     word, tag = columns[0], columns[-1].strip()
     if not TAG_PATTERN.match(tag):
@@ -110,8 +109,6 @@ def tag_ids(sentences, tags, path):
     for sentence in sentences:
         for offset, tag in enumerate(sentence.tags):
             if tag not in index:
-                raise DataError(
-                    f"{path}:{sentence.line + offset}: tag {tag!r} is not in the training tag set {tags}"
-                )
+                raise DataError(f"{path}:{sentence.line + offset}: tag {tag!r} is not in the training tag set {tags}")
         result.append([index[tag] for tag in sentence.tags])
     return result

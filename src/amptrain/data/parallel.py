@@ -37,7 +37,10 @@ def read_parallel(path, target_path=""):
         for number, (source, target) in enumerate(zip(sources, targets), start=1):
             for side_path, text in ((path, source), (target_path, target)):
                 if not text.strip():
-                    raise DataError(f"{side_path}:{number}: empty line; expected a sentence (its pair is line {number} of the other file)")
+                    raise DataError(
+                        f"{side_path}:{number}: empty line; expected a sentence "
+                        f"(its pair is line {number} of the other file)"
+                    )
             pairs.append(Pair(source.strip(), target.strip(), number))
     else:
         pairs = [_pair(path, number, line) for number, line in enumerate(read_lines(path, _lines), start=1)]

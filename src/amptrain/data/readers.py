@@ -71,14 +71,13 @@ def _read_delimited(f, path, delimiter, text_column, label_column):
     try:
         header = next(reader)
     except StopIteration:
-        raise DataError(f"{path}:1: empty file; expected a header with {text_column!r} and {label_column!r}")
+        raise DataError(f"{path}:1: empty file; expected a header with {text_column!r} and {label_column!r}") from None
     except csv.Error as error:
         raise DataError(f"{path}:1: {error}") from None
     for column in (text_column, label_column):
         if column not in header:
             raise DataError(
-                f"{path}:1: header has no column {column!r}; found {header}; "
-                "set data.text_column / data.label_column"
+                f"{path}:1: header has no column {column!r}; found {header}; set data.text_column / data.label_column"
             )
     text_index, label_index = header.index(text_column), header.index(label_column)
     line = reader.line_num + 1  # where the next record starts
@@ -92,8 +91,7 @@ def _read_delimited(f, path, delimiter, text_column, label_column):
         if row:
             if len(row) != len(header):
                 raise DataError(
-                    f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}), "
-                    f"received {len(row)}"
+                    f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}), received {len(row)}"
                 )
             yield _example(path, line, row[text_index], row[label_index], text_column, label_column)
         line = reader.line_num + 1
@@ -136,9 +134,6 @@ def label_ids(examples, labels, path):
     ids = []
     for example in examples:
         if example.label not in index:
-            raise DataError(
-                f"{path}:{example.line}: label {example.label!r} is not in the training "
-                f"labels {labels}"
-            )
+            raise DataError(f"{path}:{example.line}: label {example.label!r} is not in the training labels {labels}")
         ids.append(index[example.label])
     return ids

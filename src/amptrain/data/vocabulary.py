@@ -23,9 +23,7 @@ def train_vocabulary(texts, size, lowercase=True):
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, lowercase=lowercase, strip_accents=lowercase
-    )
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lowercase, strip_accents=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=size, special_tokens=RESERVED_TOKENS, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer)

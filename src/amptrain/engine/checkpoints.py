@@ -49,7 +49,9 @@ class Checkpoints:
             if trackable is not None and name not in tracked:
                 tracked[name] = trackable
         self.checkpoint = tf.train.Checkpoint(**tracked)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt"
+        )
         self.best_manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(directory, "best"), max_to_keep=1, checkpoint_name="ckpt"
         )

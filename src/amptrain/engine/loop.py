@@ -21,16 +21,16 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 
 from amptrain import distribute
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.checkpoints import Checkpoints
+from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import build_optimizer, current_learning_rate
 from amptrain.engine.telemetry import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
-from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, Trainer
 from amptrain.errors import Interrupted, NumericsError
 from amptrain.precision.loss_scale import build_scaler
@@ -96,7 +96,12 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     if average is not None:
         state["weight_average"] = average.trackable
     checkpoints = Checkpoints(
-        os.path.join(write_dir, "checkpoints"), job.model, optimizer, trainer.step, state, t.max_to_keep,
+        os.path.join(write_dir, "checkpoints"),
+        job.model,
+        optimizer,
+        trainer.step,
+        state,
+        t.max_to_keep,
         source=os.path.join(run_dir, "checkpoints"),
     )
     start_step = checkpoints.restore_latest()
@@ -126,8 +131,11 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     tokens = config.data.tokens_per_batch
     logger.info(
         f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
-        + (f"global batches of {tokens} padded tokens (rows by length, split over the replicas)" if tokens else
-           f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)")
+        + (
+            f"global batches of {tokens} padded tokens (rows by length, split over the replicas)"
+            if tokens
+            else f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
+        )
         + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
     )
     logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
@@ -181,13 +189,18 @@ class _Loop:
         # the process hanging instead of saving.
         self.terminated = threading.Event()
         in_main_thread = threading.current_thread() is threading.main_thread()
-        previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: self.terminated.set()) if in_main_thread else None
+        previous_handler = (
+            signal.signal(signal.SIGTERM, lambda signum, frame: self.terminated.set()) if in_main_thread else None
+        )
         try:
             while step < self.steps:
                 step = self._train_from(step)
         except (KeyboardInterrupt, Interrupted):
             self.checkpoints.save()
-            logger.info(f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; rerun the same command to resume")
+            logger.info(
+                f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; "
+                "rerun the same command to resume"
+            )
             raise
         finally:
             if in_main_thread:
@@ -197,7 +210,9 @@ class _Loop:
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
         # Step N is batches N*K .. N*K+K-1 of the plan (K = accumulation_steps).
         first_batch = step * self.config.train.accumulation_steps
-        iterator = iter(distribute.distribute_batches(self.trainer.strategy, lambda: self.job.train_dataset(first_batch)))
+        iterator = iter(
+            distribute.distribute_batches(self.trainer.strategy, lambda: self.job.train_dataset(first_batch))
+        )
         progress = Progress(self.steps, step)
         window = _Window()
         try:
@@ -241,8 +256,16 @@ class _Loop:
         factor = float(self.lr_factor.numpy()) * self.config.train.restore_lr_factor
         self.lr_factor.assign(factor)
         self.log.rewind(step)
-        self.log.write({"kind": "restore", "step": step, "from_step": bad_step, "checkpoint": path,
-                        "learning_rate_factor": factor, "restores": self.restores})
+        self.log.write(
+            {
+                "kind": "restore",
+                "step": step,
+                "from_step": bad_step,
+                "checkpoint": path,
+                "learning_rate_factor": factor,
+                "restores": self.restores,
+            }
+        )
         logger.info(
             f"non-finite loss at step {bad_step}: restored the checkpoint of step {step} ({path}), learning rate "
             f"x{factor:g} from here (restore {self.restores} of {self.config.train.max_restores}); the steps "
@@ -321,7 +344,10 @@ class _Loop:
                 self._log_eval(step, "dev", "average" if average is not None else "latest", metrics)
                 stop = self._stopped_early()
                 if stop:
-                    logger.info(f"early stop: no better dev {self.job.primary_metric} in {self.config.train.patience} evaluations")
+                    logger.info(
+                        f"early stop: no better dev {self.job.primary_metric} "
+                        f"in {self.config.train.patience} evaluations"
+                    )
             if improved or not self.job.has_dev and step == self.steps:
                 self.checkpoints.save_best()
         self.checkpoints.save()

@@ -68,7 +68,14 @@ class NumericsWatch:
         scale = float(totals["overflow_scale"]) if self.trainer.loss_scale is not None else None
         origin = layers[-1] if layers else None
         self.log.write(
-            {"kind": "overflow", "step": step, "loss_scale": scale, "layers": layers, "origin": origin, "overflow_steps": self.unwritten}
+            {
+                "kind": "overflow",
+                "step": step,
+                "loss_scale": scale,
+                "layers": layers,
+                "origin": origin,
+                "overflow_steps": self.unwritten,
+            }
         )
         shown = f"loss scale {scale:g}, " if scale is not None else ""
         since = "since the previous report" if self.written else "so far"
@@ -84,7 +91,11 @@ class NumericsWatch:
         p = config.precision
         lines = [_what_happened(int(reason), step, config, self.trainer)]
         if self.history:
-            shown = self.history if len(self.history) <= HISTORY_SHOWN else self.history[:1] + self.history[-HISTORY_SHOWN + 1 :]
+            shown = (
+                self.history
+                if len(self.history) <= HISTORY_SHOWN
+                else self.history[:1] + self.history[-HISTORY_SHOWN + 1 :]
+            )
             lines.append("loss scale history (step: scale): " + ", ".join(f"{s}: {v:g}" for s, v in shown))
         if self.overflow_layers:
             lines.append(
@@ -96,13 +107,17 @@ class NumericsWatch:
         lines.append("what to try:")
         if self.trainer.loss_scale is not None and not self.trainer.loss_scale.dynamic:
             lines.append(f'  - precision.loss_scale = "dynamic" instead of the fixed {float(p.loss_scale):g}')
-        lines.append('  - precision.policy = "mixed_bfloat16": float32\'s exponent range, no loss scale needed '
-                     "(fast on GPUs of compute capability >= 8.0, TPUs, CPUs with AMX or AVX512_BF16)")
+        lines.append(
+            '  - precision.policy = "mixed_bfloat16": float32\'s exponent range, no loss scale needed '
+            "(fast on GPUs of compute capability >= 8.0, TPUs, CPUs with AMX or AVX512_BF16)"
+        )
         if self.overflow_layers:
             origin = self.overflow_layers[-1]
-            lines.append(f"  - pin the layer where it began ({origin}) to float32: dtype=\"float32\" on that layer")
-        lines.append(f"  - a lower train.learning_rate (now {config.train.learning_rate:g}) or train.clip_norm "
-                     f"(now {config.train.clip_norm:g})")
+            lines.append(f'  - pin the layer where it began ({origin}) to float32: dtype="float32" on that layer')
+        lines.append(
+            f"  - a lower train.learning_rate (now {config.train.learning_rate:g}) or train.clip_norm "
+            f"(now {config.train.clip_norm:g})"
+        )
         lines.append("  - runtime.check_numerics = true to name the op that first produced the value")
         return "\n".join(lines)
 
@@ -111,13 +126,19 @@ def _what_happened(reason, step, config, trainer):
     p = config.precision
     skips = int(trainer.consecutive_skips.numpy())
     if reason == SCALE_AT_FLOOR:
-        return (f"step {step} overflowed with the loss scale already at precision.min_scale ({p.min_scale:g}): "
-                "backing off can do nothing more")
+        return (
+            f"step {step} overflowed with the loss scale already at precision.min_scale ({p.min_scale:g}): "
+            "backing off can do nothing more"
+        )
     if reason == TOO_MANY_SKIPS:
-        return (f"{skips} steps in a row were skipped (precision.max_consecutive_skips = {p.max_consecutive_skips}); "
-                f"the last at step {step}")
+        return (
+            f"{skips} steps in a row were skipped (precision.max_consecutive_skips = {p.max_consecutive_skips}); "
+            f"the last at step {step}"
+        )
     if reason == NONFINITE_LOSS:
         restores = f", after {config.train.max_restores} restore(s)" if config.train.on_nonfinite == "restore" else ""
-        return (f"step {step} had a non-finite loss or gradients (train.on_nonfinite = "
-                f"\"{config.train.on_nonfinite}\"{restores}); the step was not applied")
+        return (
+            f"step {step} had a non-finite loss or gradients (train.on_nonfinite = "
+            f'"{config.train.on_nonfinite}"{restores}); the step was not applied'
+        )
     return f"training stopped at step {step}"

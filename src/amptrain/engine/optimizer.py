@@ -18,7 +18,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     after restoring the last good checkpoint (`train.on_nonfinite = "restore"`)."""
 
     def __init__(self, peak, warmup_steps, total_steps, decay="cosine"):
-        self.factor = tf.Variable(1.0, trainable=False, name="learning_rate_factor", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.factor = tf.Variable(
+            1.0, trainable=False, name="learning_rate_factor", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
         self.peak = peak
         self.warmup_steps = warmup_steps
         self.total_steps = max(total_steps, warmup_steps + 1)
@@ -37,7 +39,12 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < self.warmup_steps, warmup, decayed) * ops.cast(self.factor, "float32")
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "decay": self.decay}
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay,
+        }
 
 
 def build_optimizer(train_config, total_steps):

@@ -1,7 +1,7 @@
 """What a run tells: `metrics.jsonl`, TensorBoard scalars, `train.log` and the progress line.
 
-    log = MetricsLog("runs/x/metrics.jsonl", resume_step=0)
-    log.write({"kind": "train", "step": 25, "loss": 0.41})
+log = MetricsLog("runs/x/metrics.jsonl", resume_step=0)
+log.write({"kind": "train", "step": 25, "loss": 0.41})
 """
 
 import json
@@ -146,4 +146,8 @@ def format_duration(seconds):
     if not math.isfinite(seconds):
         return "?"
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )

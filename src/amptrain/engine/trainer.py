@@ -80,7 +80,9 @@ class Trainer:
         self.step = counter("step")  # batches consumed, skipped or not
         self.skipped_steps = counter("skipped_steps")
         self.consecutive_skips = counter("consecutive_skips")
-        self._forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
+        self._forward_backward = tf.function(
+            self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True
+        )
         # One replica (the default strategy, OneDeviceStrategy) has no merge_call across
         # replica threads, so XLA can compile the whole step after the iterator pull:
         # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
@@ -177,7 +179,9 @@ class Trainer:
         scale = self._current_scale()
         accumulated = ()
         for features, targets, token_counts in batches:  # unrolled: K is small, and each call is the same function
-            accumulated = self.strategy.run(self._micro_step, args=(features, targets, token_counts, scale, *accumulated))
+            accumulated = self.strategy.run(
+                self._micro_step, args=(features, targets, token_counts, scale, *accumulated)
+            )
         results = self.strategy.run(self._reduce_step, args=accumulated)
         # After the all-reduces every replica holds the same values: read the first.
         local = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
@@ -187,7 +191,9 @@ class Trainer:
         grads_finite = tf.reduce_all(variable_finite)
         applied = tf.logical_and(loss_finite, grads_finite)
         tf.cond(applied, lambda: self._apply(gradients), lambda: None)
-        at_floor = self.loss_scale.update(loss_finite, grads_finite) if self.loss_scale is not None else tf.constant(False)
+        at_floor = (
+            self.loss_scale.update(loss_finite, grads_finite) if self.loss_scale is not None else tf.constant(False)
+        )
         self.skipped_steps.assign_add(1 - tf.cast(applied, tf.int64))
         self.consecutive_skips.assign(tf.where(applied, tf.constant(0, tf.int64), self.consecutive_skips + 1))
         # Without a scaler there is nothing to back off: non-finite gradients are the NaN policy's.

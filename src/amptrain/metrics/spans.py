@@ -67,4 +67,11 @@ def _counts(gold, predicted):
     precision = correct / len(predicted) if predicted else 0.0
     recall = correct / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "gold": len(gold), "predicted": len(predicted), "correct": correct}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "gold": len(gold),
+        "predicted": len(predicted),
+        "correct": correct,
+    }

@@ -1,8 +1,8 @@
 """A Transformer encoder text classifier.
 
-    model = build_classifier(vocabulary_size=8000, max_length=128, num_classes=2,
-                             model_config=config.model, dtype="mixed_bfloat16")
-    logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, classes) float32
+model = build_classifier(vocabulary_size=8000, max_length=128, num_classes=2,
+                         model_config=config.model, dtype="mixed_bfloat16")
+logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, classes) float32
 """
 
 import keras

@@ -27,8 +27,9 @@ FAR_BELOW = -1e9  # the score of an impossible hypothesis (finite: -inf - -inf w
 
 
 class Search:
-    def __init__(self, model, max_length, start_id, end_id, beam_size=1, length_penalty=0.6, jit_compile=False,
-                 banned_ids=()):
+    def __init__(
+        self, model, max_length, start_id, end_id, beam_size=1, length_penalty=0.6, jit_compile=False, banned_ids=()
+    ):
         self.model = model
         self.max_length = max_length
         self.start_id, self.end_id = start_id, end_id
@@ -64,8 +65,13 @@ class Search:
         def not_done(i, last, pieces, done, state):
             return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(done)))
 
-        start = (tf.constant(0), tf.fill([batch], self.start_id), tf.zeros([batch, length], tf.int32),
-                 tf.zeros([batch], tf.bool), state)
+        start = (
+            tf.constant(0),
+            tf.fill([batch], self.start_id),
+            tf.zeros([batch, length], tf.int32),
+            tf.zeros([batch], tf.bool),
+            state,
+        )
         _, _, pieces, _, _ = tf.while_loop(not_done, body, start)
         return pieces
 
@@ -108,8 +114,10 @@ class Search:
             rows = tf.reshape(tf.gather(parents, best, batch_dims=1) + tf.range(batch)[:, None] * k, [-1])
             state = {
                 "memory_mask": state["memory_mask"],
-                "layers": [{**layer, "key": tf.gather(layer["key"], rows), "value": tf.gather(layer["value"], rows)}
-                           for layer in state["layers"]],
+                "layers": [
+                    {**layer, "key": tf.gather(layer["key"], rows), "value": tf.gather(layer["value"], rows)}
+                    for layer in state["layers"]
+                ],
             }
             last = tf.reshape(tf.gather(pieces, best, batch_dims=1), [-1])
             return i + 1, last, alive, alive_scores, finished, finished_scores, finished_flags, state
@@ -120,11 +128,20 @@ class Search:
             done = tf.logical_and(tf.reduce_all(finished_flags, axis=1), worst_finished >= best_alive_can_reach)
             return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(done)))
 
-        start = (tf.constant(0), tf.fill([batch * k], self.start_id), alive, alive_scores, finished,
-                 finished_scores, finished_flags, state)
+        start = (
+            tf.constant(0),
+            tf.fill([batch * k], self.start_id),
+            alive,
+            alive_scores,
+            finished,
+            finished_scores,
+            finished_flags,
+            state,
+        )
         _, _, alive, alive_scores, finished, finished_scores, finished_flags, _ = tf.while_loop(not_done, body, start)
         # At max_length the best live hypothesis competes as it stands (cut there); after an
         # early stop its bound is below every finished score, so a finished one wins.
-        alive_wins = tf.logical_or(tf.logical_not(finished_flags[:, 0]),
-                                   alive_scores[:, 0] / worst_penalty > finished_scores[:, 0])
+        alive_wins = tf.logical_or(
+            tf.logical_not(finished_flags[:, 0]), alive_scores[:, 0] / worst_penalty > finished_scores[:, 0]
+        )
         return tf.where(alive_wins[:, None], alive[:, 0], finished[:, 0])

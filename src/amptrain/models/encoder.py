@@ -5,8 +5,9 @@ import keras
 from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
 
 
-def encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=None,
-           extra_embeddings=()):
+def encode(
+    token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=None, extra_embeddings=()
+):
     """Applies the encoder to symbolic inputs; returns (batch, length, hidden) states.
 
     `extra_ids` = (ids of the same shape as `token_ids`, how many): a second per-piece

@@ -33,9 +33,19 @@ def build_tagger(vocabulary_size, max_length, num_tags, model_config, dtype, num
         chars = CharWordEncoder(num_chars, model_config.hidden_dim, dtype=dtype, name="char_encoder")
         embeddings.append(chars(inputs["char_ids"]))
     # === Functional Model ===
-    states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype, extra_ids=extra,
-                    extra_embeddings=embeddings)
+    states = encode(
+        token_ids,
+        padding_mask,
+        vocabulary_size,
+        max_length,
+        model_config,
+        dtype,
+        extra_ids=extra,
+        extra_embeddings=embeddings,
+    )
     states = keras.layers.Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(states)
     logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
-    logits = float32_island(logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision")
+    logits = float32_island(
+        logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision"
+    )
     return keras.Model(inputs, logits(states), name="tagger")

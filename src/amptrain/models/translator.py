@@ -25,6 +25,7 @@ from keras import ops
 
 from amptrain.models.blocks import EncoderBlock, scaled_dot_product
 
+
 class Attention(keras.layers.Layer):
     """Multi-head attention of queries `x` over keys and values made from `context`."""
 
@@ -60,7 +61,9 @@ class Attention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         query = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_dim))
         query = ops.transpose(query, (0, 2, 1, 3))
-        context = scaled_dot_product(query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training)
+        context = scaled_dot_product(
+            query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training
+        )
         return self.output_dense(context)
 
     def call(self, x, context, mask, training=False):
@@ -68,8 +71,12 @@ class Attention(keras.layers.Layer):
         return self.attend(x, key, value, mask, training)
 
     def get_config(self):
-        return {**super().get_config(), "hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
-                "dropout": self.dropout}
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+        }
 
 
 class DecoderBlock(keras.layers.Layer):
@@ -83,9 +90,13 @@ class DecoderBlock(keras.layers.Layer):
         self.dropout = dropout
         policy = self.dtype_policy
         # === Layers ===
-        self.self_attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="self_attention_norm")
+        self.self_attention_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=policy, name="self_attention_norm"
+        )
         self.self_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="self_attention")
-        self.cross_attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="cross_attention_norm")
+        self.cross_attention_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=policy, name="cross_attention_norm"
+        )
         self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
         self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
         self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
@@ -93,8 +104,14 @@ class DecoderBlock(keras.layers.Layer):
         self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.self_attention_norm, self.self_attention, self.cross_attention_norm,
-                      self.cross_attention, self.ffn_norm, self.ffn_in):
+        for layer in (
+            self.self_attention_norm,
+            self.self_attention,
+            self.cross_attention_norm,
+            self.cross_attention,
+            self.ffn_norm,
+            self.ffn_in,
+        ):
             layer.build(input_shape)
         self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
 
@@ -105,7 +122,9 @@ class DecoderBlock(keras.layers.Layer):
         causal = positions[:, None] >= positions[None, :]  # (query, key)
         self_mask = ops.logical_and(causal[None], ops.cast(target_mask, "bool")[:, None, :])
         normed = self.self_attention_norm(x)
-        x = x + self.residual_dropout(self.self_attention(normed, normed, self_mask, training=training), training=training)
+        x = x + self.residual_dropout(
+            self.self_attention(normed, normed, self_mask, training=training), training=training
+        )
         # Called as layers (not through `attend`), so the audit sees each softmax inside its island.
         memory_mask = ops.cast(memory_mask, "bool")[:, None, :]
         attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
@@ -132,8 +151,13 @@ class DecoderBlock(keras.layers.Layer):
         return self._ffn(x), cache_key, cache_value
 
     def get_config(self):
-        return {**super().get_config(), "hidden_dim": self.hidden_dim, "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim, "dropout": self.dropout}
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+        }
 
 
 class OutputProjection(keras.layers.Layer):
@@ -149,8 +173,9 @@ class OutputProjection(keras.layers.Layer):
 
     def build(self, input_shape):
         if self.tied_embedding is None:
-            self.kernel = self.add_weight(shape=(input_shape[-1], self.vocabulary_size), initializer="glorot_uniform",
-                                          name="kernel")
+            self.kernel = self.add_weight(
+                shape=(input_shape[-1], self.vocabulary_size), initializer="glorot_uniform", name="kernel"
+            )
         self.bias = self.add_weight(shape=(self.vocabulary_size,), initializer="zeros", name="bias")
 
     def call(self, x):
@@ -166,8 +191,16 @@ class Translator(keras.Model):
     """The encoder-decoder. Features: source_ids, source_mask, target_ids, target_mask
     (the decoder's input: the start piece, then the target shifted right)."""
 
-    def __init__(self, source_vocabulary_size, target_vocabulary_size, max_length, model_config, dtype,
-                 shared_embedding=False, **kwargs):
+    def __init__(
+        self,
+        source_vocabulary_size,
+        target_vocabulary_size,
+        max_length,
+        model_config,
+        dtype,
+        shared_embedding=False,
+        **kwargs,
+    ):
         super().__init__(name="translator", **kwargs)
         c = model_config
         self.max_length = max_length
@@ -175,10 +208,14 @@ class Translator(keras.Model):
         self.num_heads = c.num_heads
         self.target_vocabulary_size = target_vocabulary_size
         # === Layers ===
-        self.source_embedding = keras.layers.Embedding(source_vocabulary_size, c.hidden_dim, dtype=dtype,
-                                                       name="source_embedding")
-        self.target_embedding = self.source_embedding if shared_embedding else keras.layers.Embedding(
-            target_vocabulary_size, c.hidden_dim, dtype=dtype, name="target_embedding")
+        self.source_embedding = keras.layers.Embedding(
+            source_vocabulary_size, c.hidden_dim, dtype=dtype, name="source_embedding"
+        )
+        self.target_embedding = (
+            self.source_embedding
+            if shared_embedding
+            else keras.layers.Embedding(target_vocabulary_size, c.hidden_dim, dtype=dtype, name="target_embedding")
+        )
         self.source_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="source_positions")
         self.target_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="target_positions")
         self.embedding_dropout = keras.layers.Dropout(c.dropout, dtype=dtype)
@@ -188,12 +225,22 @@ class Translator(keras.Model):
         self.num_encoder_layers = c.num_layers
         self.num_decoder_layers = c.num_decoder_layers or c.num_layers
         for i in range(self.num_encoder_layers):
-            setattr(self, f"encoder_{i}", EncoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout,
-                                                       dtype=dtype, name=f"encoder_{i}"))
+            setattr(
+                self,
+                f"encoder_{i}",
+                EncoderBlock(
+                    c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"encoder_{i}"
+                ),
+            )
         self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="encoder_norm")
         for i in range(self.num_decoder_layers):
-            setattr(self, f"decoder_{i}", DecoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout,
-                                                       dtype=dtype, name=f"decoder_{i}"))
+            setattr(
+                self,
+                f"decoder_{i}",
+                DecoderBlock(
+                    c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"decoder_{i}"
+                ),
+            )
         self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
         self.output_projection = OutputProjection(
             target_vocabulary_size, self.target_embedding if c.tie_embeddings else None, dtype="float32", name="logits"
@@ -243,7 +290,9 @@ class Translator(keras.Model):
         for block in self.decoder_blocks:
             memory_key, memory_value = block.cross_attention.keys_values(memory)
             empty = ops.zeros((batch, self.num_heads, max_length, head_dim), memory_key.dtype)
-            state["layers"].append({"key": empty, "value": empty, "memory_key": memory_key, "memory_value": memory_value})
+            state["layers"].append(
+                {"key": empty, "value": empty, "memory_key": memory_key, "memory_value": memory_value}
+            )
         return state
 
     def decode_step(self, token_ids, index, state):
@@ -252,8 +301,9 @@ class Translator(keras.Model):
         x = self.target_embedding(token_ids[:, None]) + self.target_positions(ops.reshape(index, (1,)))[None]
         layers = []
         for block, cache in zip(self.decoder_blocks, state["layers"]):
-            x, key, value = block.step(x, index, cache["key"], cache["value"], cache["memory_key"],
-                                       cache["memory_value"], state["memory_mask"])
+            x, key, value = block.step(
+                x, index, cache["key"], cache["value"], cache["memory_key"], cache["memory_value"], state["memory_mask"]
+            )
             layers.append({**cache, "key": key, "value": value})
         logits = self.output_projection(self.decoder_norm(x))[:, 0]
         return logits, {"memory_mask": state["memory_mask"], "layers": layers}

@@ -318,7 +318,7 @@ def _output_findings(outputs, losses, locate):
             continue
         layer = locate(source.op.name)
         if dtype == "float16":
-            message = "the model's output (logits) is computed in float16; give its last layer dtype=\"float32\""
+            message = 'the model\'s output (logits) is computed in float16; give its last layer dtype="float32"'
             findings.append(_finding("fp16_logits", layer, message))
         else:
             findings.append(_finding("bf16_logits", layer, "the model's output (logits) is in bfloat16", note=True))

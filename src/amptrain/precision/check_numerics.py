@@ -181,7 +181,9 @@ def _advice(facts, layer):
             "normally skipped; set a fixed precision.loss_scale low enough (e.g. 128), or use mixed_bfloat16"
         )
     if not layer:
-        return "the value was made outside the model's layers (the loss, the training step or its bookkeeping): see where"
+        return (
+            "the value was made outside the model's layers (the loss, the training step or its bookkeeping): see where"
+        )
     growing = "if the weights grew without bound, a lower train.learning_rate or train.clip_norm"
     if facts["dtype"] in ("float16", "bfloat16"):
         return f'pin layer {layer} to float32 (dtype="float32") if its values outgrow {facts["dtype"]}; {growing}'

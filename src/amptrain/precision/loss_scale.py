@@ -94,7 +94,9 @@ class LossScaler(tf.Module):
         clean = tf.logical_and(loss_finite, grads_finite)
         one = tf.constant(1, tf.int64)
         self.overflows.assign_add(tf.cast(overflow, tf.int64))
-        streak = tf.where(overflow, self.overflow_streak + one, tf.where(clean, tf.zeros_like(one), self.overflow_streak))
+        streak = tf.where(
+            overflow, self.overflow_streak + one, tf.where(clean, tf.zeros_like(one), self.overflow_streak)
+        )
         self.overflow_streak.assign(streak)
         if not self.dynamic:
             return tf.constant(False)

@@ -1,7 +1,7 @@
 """Choosing the precision policy, once, from the config and the hardware.
 
-    name, reason = select_policy("auto")
-    # ("float32", "CPU without AVX512_BF16 or AMX: bf16 and fp16 are emulated ...")
+name, reason = select_policy("auto")
+# ("float32", "CPU without AVX512_BF16 or AMX: bf16 and fp16 are emulated ...")
 """
 
 import tensorflow as tf
@@ -29,7 +29,10 @@ def select_policy(requested, devices=None, cpu_flags=None):
         if capability >= (8, 0):
             return "mixed_bfloat16", f"GPU compute capability {capability[0]}.{capability[1]} >= 8.0: bf16 tensor cores"
         if capability >= (7, 0):
-            return "mixed_float16", f"GPU compute capability {capability[0]}.{capability[1]}: fp16 tensor cores, no bf16"
+            return (
+                "mixed_float16",
+                f"GPU compute capability {capability[0]}.{capability[1]}: fp16 tensor cores, no bf16",
+            )
         return "float32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0: no tensor cores"
     flags = cpu_flags_from_proc() if cpu_flags is None else cpu_flags
     if flags & {"avx512_bf16", "amx_bf16"}:

@@ -70,7 +70,9 @@ class ClassificationTask(TextTask):
         return readers.read_labelled_text(path, d.text_column, d.label_column, d.format)
 
     def _encode(self, name, path, examples, label_ids):
-        return Split(name, path, examples, label_ids, self.encode_texts([e.text for e in examples]), self.config.data.max_length)
+        return Split(
+            name, path, examples, label_ids, self.encode_texts([e.text for e in examples]), self.config.data.max_length
+        )
 
     def encode_texts(self, texts):
         cls = np.array([self.tokenizer.token_id(CLS)], np.int32)
@@ -148,7 +150,9 @@ class ClassificationTask(TextTask):
 
     def predict_texts(self, predict, texts):
         examples = [readers.Example(text=t, label=self.labels[0], line=i + 1) for i, t in enumerate(texts)]
-        split = Split("input", "input", examples, [0] * len(texts), self.encode_texts(texts), self.config.data.max_length)
+        split = Split(
+            "input", "input", examples, [0] * len(texts), self.encode_texts(texts), self.config.data.max_length
+        )
         self.boundaries = self._boundaries(split.lengths)
         probabilities = self.probabilities(predict, split)
         return [

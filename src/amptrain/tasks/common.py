@@ -94,7 +94,11 @@ class TextTask:
 
     def _boundaries(self, lengths):
         d = self.config.data
-        return bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size) if d.bucketing else [round_up(d.max_length)]
+        return (
+            bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size)
+            if d.bucketing
+            else [round_up(d.max_length)]
+        )
 
     def batch_rows(self):
         """Rows a batch: train.batch_size, or each bucket's under data.tokens_per_batch."""

@@ -240,14 +240,17 @@ class NerTask(TextTask):
         """What the model predicts for a word: its entity type, or `O` (see the module's
         docstring), and the class of each tag of the tag set."""
         self.classes = [conll.OUTSIDE] + [tag[2:] for tag in self.labels if tag.startswith("B-")]
-        self.class_of_tag = np.array([self.classes.index(conll.entity_type(tag) or conll.OUTSIDE) for tag in self.labels])
+        self.class_of_tag = np.array(
+            [self.classes.index(conll.entity_type(tag) or conll.OUTSIDE) for tag in self.labels]
+        )
 
     def _log_data(self, present):
         first = self.splits[present[0]]
         truncated = ", ".join(f"{name} {self.splits[name].truncated_words}" for name in present)
         logger.info(
             f"data: {len(first.sentences)} {first.name} sentences ({first.words} words), {len(self.labels)} tags "
-            f"{self.labels}, predicted as a word's type {self.classes}, vocabulary {self.tokenizer.size} ({'lowercased' if self.lowercase else 'cased'}), "
+            f"{self.labels}, predicted as a word's type {self.classes}, "
+            f"vocabulary {self.tokenizer.size} ({'lowercased' if self.lowercase else 'cased'}), "
             f"words truncated to {self.config.data.max_length} pieces: {truncated}; bucket lengths {self.boundaries}"
         )
 
@@ -262,8 +265,9 @@ class NerTask(TextTask):
     def _encode(self, name, path, sentences, tag_ids):
         pieces = self.word_pieces([w for s in sentences for w in s.words])
         cls_id = self.tokenizer.token_id(CLS)
-        return TaggedSplit(name, path, sentences, tag_ids, pieces, self.config.data.max_length, cls_id,
-                           self.lowercase_counts)
+        return TaggedSplit(
+            name, path, sentences, tag_ids, pieces, self.config.data.max_length, cls_id, self.lowercase_counts
+        )
 
     def _batch_builder(self, split):
         outside = self.classes.index(conll.OUTSIDE)
@@ -297,8 +301,10 @@ class NerTask(TextTask):
         import tensorflow as tf
 
         features, targets, counts = batch_signature(target_shape=(None, None))
-        extra = {"shape_ids": tf.TensorSpec((None, None), tf.int32),
-                 "char_ids": tf.TensorSpec((None, None, CHARS_PER_WORD), tf.int32)}
+        extra = {
+            "shape_ids": tf.TensorSpec((None, None), tf.int32),
+            "char_ids": tf.TensorSpec((None, None, CHARS_PER_WORD), tf.int32),
+        }
         return {**features, **extra}, targets, counts
 
     # === Model and loss ===
@@ -307,8 +313,15 @@ class NerTask(TextTask):
         from amptrain.models.tagger import build_tagger
 
         d = self.config.data
-        return build_tagger(self.tokenizer.size, round_up(d.max_length), len(self.classes), self.config.model, dtype,
-                            num_shapes=NUM_SHAPES, num_chars=NUM_CHARS)
+        return build_tagger(
+            self.tokenizer.size,
+            round_up(d.max_length),
+            len(self.classes),
+            self.config.model,
+            dtype,
+            num_shapes=NUM_SHAPES,
+            num_chars=NUM_CHARS,
+        )
 
     @staticmethod
     def loss_fn(targets, logits):
@@ -368,8 +381,12 @@ class NerTask(TextTask):
 
 def _record(text, words, tags):
     entities = [
-        {"type": kind, "text": text[words[start].start() : words[end - 1].end()],
-         "start": words[start].start(), "end": words[end - 1].end()}
+        {
+            "type": kind,
+            "text": text[words[start].start() : words[end - 1].end()],
+            "start": words[start].start(),
+            "end": words[end - 1].end(),
+        }
         for kind, start, end in spans.spans(tags)
     ]
     return {"text": text, "tokens": [w.group() for w in words], "tags": tags, "entities": entities}
@@ -383,4 +400,3 @@ def write_predictions(path, sentences, predicted):
             for word, gold, tag in zip(sentence.words, sentence.tags, tags, strict=True):
                 f.write(f"{word}\t{gold}\t{tag}\n")
             f.write("\n")
-

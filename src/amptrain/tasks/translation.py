@@ -59,7 +59,9 @@ class Split:
         self.target_ids = [
             np.concatenate([[start_id], ids[: max_length - 2], [end_id]]).astype(np.int32) for ids in target_ids
         ]
-        self.truncated = int(sum(len(s) > max_length or len(t) > max_length - 2 for s, t in zip(source_ids, target_ids)))
+        self.truncated = int(
+            sum(len(s) > max_length or len(t) > max_length - 2 for s, t in zip(source_ids, target_ids))
+        )
         # The decoder reads and writes one piece fewer than the marked target.
         self.lengths = np.array([max(len(s), len(t) - 1) for s, t in zip(self.source_ids, self.target_ids)])
 
@@ -91,37 +93,63 @@ class TranslationTask(TextTask):
             return
         first = self.splits[present[0]]
         self.boundaries = self._boundaries(first.lengths)
-        sizes = (f"vocabulary {self.source_tokenizer.size} shared" if d.shared_vocabulary else
-                 f"vocabularies {self.source_tokenizer.size} source, {self.target_tokenizer.size} target")
+        sizes = (
+            f"vocabulary {self.source_tokenizer.size} shared"
+            if d.shared_vocabulary
+            else f"vocabularies {self.source_tokenizer.size} source, {self.target_tokenizer.size} target"
+        )
         logger.info(
             f"data: {len(first.pairs)} {first.name} pairs, {sizes}, {first.truncated} cut to {d.max_length} pieces, "
             f"bucket lengths {self.boundaries}"
-            + (f", batches of {d.tokens_per_batch} padded tokens ({self.batch_rows()} rows a bucket)" if d.tokens_per_batch else "")
+            + (
+                f", batches of {d.tokens_per_batch} padded tokens ({self.batch_rows()} rows a bucket)"
+                if d.tokens_per_batch
+                else ""
+            )
         )
 
     def _learned_files(self):
-        return [VOCABULARY_FILE] if self.config.data.shared_vocabulary else [SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE]
+        return (
+            [VOCABULARY_FILE]
+            if self.config.data.shared_vocabulary
+            else [SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE]
+        )
 
     def _make_tokenizers(self, train_pairs):
         d = self.config.data
         if d.shared_vocabulary:
             texts = None if train_pairs is None else [p.source for p in train_pairs] + [p.target for p in train_pairs]
-            self.source_tokenizer = self.target_tokenizer = WordPiece(self._load_or_make_vocabulary(texts), self.lowercase)
+            self.source_tokenizer = self.target_tokenizer = WordPiece(
+                self._load_or_make_vocabulary(texts), self.lowercase
+            )
             return
         if d.vocabulary:
-            raise UserError("data.vocabulary names one vocabulary for both sides; set data.shared_vocabulary = true, "
-                            "or leave data.vocabulary empty to learn one a side")
+            raise UserError(
+                "data.vocabulary names one vocabulary for both sides; set data.shared_vocabulary = true, "
+                "or leave data.vocabulary empty to learn one a side"
+            )
         # data.vocabulary is empty here, so each side is the run folder's or one trained on that side.
         self.source_tokenizer, self.target_tokenizer = (
-            WordPiece(self._load_or_make_vocabulary(None if train_pairs is None else [getattr(p, side) for p in train_pairs],
-                                                    name), self.lowercase)
+            WordPiece(
+                self._load_or_make_vocabulary(
+                    None if train_pairs is None else [getattr(p, side) for p in train_pairs], name
+                ),
+                self.lowercase,
+            )
             for name, side in ((SOURCE_VOCABULARY_FILE, "source"), (TARGET_VOCABULARY_FILE, "target"))
         )
 
     def _encode(self, name, path, pairs):
-        return Split(name, path, pairs, self.source_tokenizer.encode([p.source for p in pairs]),
-                     self.target_tokenizer.encode([p.target for p in pairs]), self.config.data.max_length,
-                     self.start_id, self.end_id)
+        return Split(
+            name,
+            path,
+            pairs,
+            self.source_tokenizer.encode([p.source for p in pairs]),
+            self.target_tokenizer.encode([p.target for p in pairs]),
+            self.config.data.max_length,
+            self.start_id,
+            self.end_id,
+        )
 
     @property
     def start_id(self):
@@ -149,8 +177,12 @@ class TranslationTask(TextTask):
             weights = (labels != PAD_ID).astype(np.float32)
             source_mask, target_mask = source != PAD_ID, decoder_in != PAD_ID
             counts = token_counts(source_mask) + token_counts(target_mask)
-            features = {"source_ids": source, "source_mask": source_mask, "target_ids": decoder_in,
-                        "target_mask": target_mask}
+            features = {
+                "source_ids": source,
+                "source_mask": source_mask,
+                "target_ids": decoder_in,
+                "target_mask": target_mask,
+            }
             return features, {"labels": labels, "weights": weights}, counts
 
         return build
@@ -173,7 +205,11 @@ class TranslationTask(TextTask):
 
         d = self.config.data
         self.model = Translator(
-            self.source_tokenizer.size, self.target_tokenizer.size, round_up(d.max_length), self.config.model, dtype,
+            self.source_tokenizer.size,
+            self.target_tokenizer.size,
+            round_up(d.max_length),
+            self.config.model,
+            dtype,
             shared_embedding=d.shared_vocabulary,
         ).build_all()
         self._searches = {}
@@ -197,8 +233,14 @@ class TranslationTask(TextTask):
             c = self.config.decode
             max_length = min(c.max_length or self.config.data.max_length, self.model.max_length)
             self._searches[beam_size] = Search(
-                self.model, max_length, self.start_id, self.end_id, beam_size, c.length_penalty,
-                jit_compile=self.config.runtime.jit_compile, banned_ids=(PAD_ID, self.start_id),
+                self.model,
+                max_length,
+                self.start_id,
+                self.end_id,
+                beam_size,
+                c.length_penalty,
+                jit_compile=self.config.runtime.jit_compile,
+                banned_ids=(PAD_ID, self.start_id),
             )
         return self._searches[beam_size]
 
@@ -224,7 +266,9 @@ class TranslationTask(TextTask):
                 ids = np.full((len(rows), length), PAD_ID, np.int32)
                 for row, index in enumerate(rows):
                     ids[row, : len(source_ids[index][:length])] = source_ids[index][:length]
-                ids[:, 0] = np.where(ids[:, 0] == PAD_ID, self.source_tokenizer.token_id(UNK), ids[:, 0])  # an empty source
+                ids[:, 0] = np.where(
+                    ids[:, 0] == PAD_ID, self.source_tokenizer.token_id(UNK), ids[:, 0]
+                )  # an empty source
                 pieces = search(ids, ids != PAD_ID)
                 for row, index in enumerate(chunk):
                     outputs[index] = _until_end(pieces[row], self.end_id)
@@ -257,8 +301,13 @@ class TranslationTask(TextTask):
             elapsed = time.time() - started
             scores = corpus_scores(hypotheses, references)
             suffix = "" if beam_size == beams[0] else "_greedy"
-            metrics.update({f"bleu{suffix}": scores["bleu"], f"chrf{suffix}": scores["chrf"],
-                            f"sentences_per_second{suffix}": count / max(elapsed, 1e-9)})
+            metrics.update(
+                {
+                    f"bleu{suffix}": scores["bleu"],
+                    f"chrf{suffix}": scores["chrf"],
+                    f"sentences_per_second{suffix}": count / max(elapsed, 1e-9),
+                }
+            )
             if beam_size == beams[0] and predictions_path is not None:
                 write_predictions(predictions_path + self.predictions_suffix, split.pairs, hypotheses)
         if not quick and len(set(beams)) == 1:  # beam_size 1: greedy is the beam output
@@ -274,7 +323,9 @@ class TranslationTask(TextTask):
         """The beam-search translation of each text (a blank text translates to "")."""
         texts = list(texts)
         present = [i for i, t in enumerate(texts) if t.strip()]
-        sources = [ids[: self.config.data.max_length] for ids in self.source_tokenizer.encode([texts[i] for i in present])]
+        sources = [
+            ids[: self.config.data.max_length] for ids in self.source_tokenizer.encode([texts[i] for i in present])
+        ]
         translations = [""] * len(texts)
         for i, translation in zip(present, self.translate(sources, self.config.decode.beam_size) if present else []):
             translations[i] = translation
@@ -287,7 +338,9 @@ def smoothed_cross_entropy(labels, logits, weights, smoothing=0.0):
 
     log_probabilities = tf.nn.log_softmax(tf.cast(logits, tf.float32))
     gold = -tf.reduce_sum(tf.one_hot(labels, tf.shape(logits)[-1], dtype=tf.float32) * log_probabilities, axis=-1)
-    losses = gold if not smoothing else (1.0 - smoothing) * gold - smoothing * tf.reduce_mean(log_probabilities, axis=-1)
+    losses = (
+        gold if not smoothing else (1.0 - smoothing) * gold - smoothing * tf.reduce_mean(log_probabilities, axis=-1)
+    )
     return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 
 
