@@ -193,6 +193,8 @@ def evaluate(run_dir, split="test", data=None):
     """Scores a split (or another labelled file) with the run's best checkpoint."""
     from amptrain.engine.telemetry import setup_logging
 
+    if not os.path.exists(os.path.join(run_dir, "config.toml")):  # before the log goes there
+        raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
     setup_logging(run_dir)
     task, predict, checkpoint = load_run(run_dir, () if data else (split,))
     if data:
