@@ -57,7 +57,7 @@ def _fit(config, run_dir, write_dir, cluster):
         # collectives). The chief learns the vocabulary and labels into the run folder
         # first; the others then read them, so every worker tokenises alike.
         placement = distribute.select_strategy(config.runtime, cluster)
-        _check_split(config, placement.strategy)
+        distribute.check_split(config, placement.strategy)
         if cluster.is_chief:
             task.prepare()
         distribute.barrier(placement.strategy)
@@ -65,9 +65,9 @@ def _fit(config, run_dir, write_dir, cluster):
             task.prepare()
     else:
         placement = distribute.select_strategy(config.runtime, cluster)
-        _check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
+        distribute.check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
         task.prepare()  # reads and checks the data: a bad row stops the run here
-    _check_split(config, placement.strategy, task)
+    distribute.check_split(config, placement.strategy, task)
 
     try:
         if not config.runtime.check_numerics:
@@ -92,19 +92,6 @@ def _fit(config, run_dir, write_dir, cluster):
         f"results in {run_dir}: metrics.jsonl, predictions-test{task.predictions_suffix}, tensorboard/, checkpoints/"
     )
     return {"run_dir": run_dir, "test": test_metrics}
-
-
-def _check_split(config, strategy, task=None):
-    """Refuses a global batch the replicas cannot share, naming the sizes that would work.
-    `train.batch_size` is checked before any work; token batches, whose rows depend on the
-    bucket lengths the data gives, once the task is prepared (`task`)."""
-    from amptrain import distribute
-
-    tokens = config.data.tokens_per_batch
-    if not tokens and task is None:
-        distribute.check_batch_size(config.train.batch_size, strategy)
-    elif tokens and task is not None:
-        distribute.check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), tokens, strategy)
 
 
 def _train(task, config, run_dir, write_dir, cluster, placement):

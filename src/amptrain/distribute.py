@@ -255,6 +255,17 @@ def check_batch_size(batch_size, strategy):
         )
 
 
+def check_split(config, strategy, task=None):
+    """Refuses a global batch the replicas cannot share, naming the sizes that would work:
+    `train.batch_size` without `task` (before any work), token batches, whose rows depend on
+    the bucket lengths the data gives, with the prepared `task`."""
+    tokens = config.data.tokens_per_batch
+    if not tokens and task is None:
+        check_batch_size(config.train.batch_size, strategy)
+    elif tokens and task is not None:
+        check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), tokens, strategy)
+
+
 def check_token_batches(bucket_rows, tokens_per_batch, strategy):
     """Under data.tokens_per_batch every bucket's rows (a multiple of 8 where 8 fit,
     `data.batching.rows_for_tokens`) must split evenly over the replicas too;

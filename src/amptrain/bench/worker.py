@@ -48,12 +48,8 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
     seed(config)
     policy, _ = select_policy(config.precision.policy)
     strategy = strategy or distribute.select_strategy(config.runtime).strategy
-    if config.data.tokens_per_batch:
-        distribute.check_token_batches(
-            tuple(zip(task.boundaries, task.batch_rows())), config.data.tokens_per_batch, strategy
-        )
-    else:
-        distribute.check_batch_size(config.train.batch_size, strategy)
+    distribute.check_split(config, strategy)
+    distribute.check_split(config, strategy, task)
     with strategy.scope():
         model = task.build_model(policy)
         optimizer, _ = build_optimizer(config.train, total_steps=10**6)
