@@ -23,22 +23,19 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 
 def build(config_path, overrides):
     from amptrain import config as config_lib
-    from amptrain.api import seed
-    from amptrain.tasks import TASKS
+    from amptrain.engine.build import seed
+    from amptrain.tasks import prepared_in_scratch
 
     config = config_lib.load_config(config_path, overrides)
     if config.task != "classification":
         raise SystemExit("engine_vs_keras_fit.py: a classification config is needed")
-    scratch = tempfile.mkdtemp()
-    task = TASKS[config.task](config, scratch)
-    task.prepare(("train",))
-    seed(config)
+    task = prepared_in_scratch(config)
+    seed(config.runtime)
     return config, task
 
 
@@ -55,7 +52,7 @@ def every_shape(task, spe):
 
     from amptrain.bench.worker import one_batch_per_shape
 
-    batches = one_batch_per_shape(task).take(len(task.boundaries))
+    batches = one_batch_per_shape(task).take(len(task.train_buckets()))
     return batches.flat_map(lambda *batch: tf.data.Dataset.from_tensors(batch).repeat(spe))
 
 
@@ -80,7 +77,7 @@ def measure_keras(config, task, steps):
         return dataset.map(lambda features, targets, counts: (features, targets["labels"], targets["weights"]))
 
     model.fit(recipe(task.train_dataset(0)), epochs=1, steps_per_epoch=spe, verbose=0)  # trace, compile
-    model.fit(recipe(every_shape(task, spe)), epochs=1, steps_per_epoch=len(task.boundaries) * spe, verbose=0)
+    model.fit(recipe(every_shape(task, spe)), epochs=1, steps_per_epoch=len(task.train_buckets()) * spe, verbose=0)
     started = time.perf_counter()
     model.fit(recipe(task.train_dataset(spe)), epochs=1, steps_per_epoch=steps, verbose=0)
     return time.perf_counter() - started
@@ -97,7 +94,7 @@ def measure_engine(config, task, steps):
     iterator = iter(task.train_dataset(0))
     trainer.train(iterator, spe)  # trace, compile
     shapes = iter(every_shape(task, spe))
-    for _ in task.boundaries:
+    for _ in task.train_buckets():
         trainer.train(shapes, spe)
     first = int(trainer.step.numpy())
     started = time.perf_counter()

@@ -13,7 +13,7 @@ import statistics
 import tempfile
 
 import amptrain
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 
 
 def step_time(config, mode, steps, log_every, run_dir):

@@ -2,9 +2,10 @@
 tokens, or is there a fixed floor a step? The model, data and settings of
 `benchmarks/bucketing.py` (en-es English side, max_length 64, XLA, 4 steps a call).
 
-    .venv/bin/python benchmarks/step_profile.py [--rounds 5] [--calls 12] [--set KEY=VALUE]...
+    .venv/bin/python -u benchmarks/step_profile.py [--rounds 5] [--calls 12] [--set KEY=VALUE]...
+    .venv/bin/python -u benchmarks/step_profile.py --lengths 16,32,64 --steps-only   # fused against unfused
 
-For each padded length 8, 16, ..., 64 a real batch of that shape (sentences of about
+For each padded length 8, 16, ..., 64 (or `--lengths`) a real batch of that shape (sentences of about
 that length) is served from memory, and three things are timed, shapes interleaved
 round by round (the median over rounds is reported):
 
@@ -14,8 +15,12 @@ round by round (the median over rounds is reported):
   unfused  the same step with only the forward and backward pass under XLA and the rest
          run by the TensorFlow executor (`fuse_step=False`: the path several replicas
          take), on a second model built alike, timed next to it;
-  fwd+bwd  the XLA-compiled forward and backward pass alone (`Trainer._forward_backward`);
+  fwd+bwd  the XLA-compiled forward and backward pass alone (`Trainer.forward_backward`);
   rest   step - fwd+bwd: what a step costs that does not depend on the batch's length.
+
+Each round's times are printed as it ends (a crash loses nothing), and the per-round
+difference unfused - fused a shape. `--steps-only` stops there (it was
+`benchmarks/fused_vs_unfused.py`).
 
 Then `step = a + b * padded tokens` fitted by least squares, what the per-shape step
 times predict for the bucketing ratio (an epoch of each plan at those times), AdamW's
@@ -41,7 +46,7 @@ def shape_batches(task, lengths, batch_size):
     import numpy as np
 
     split = task.splits["train"]
-    build = task._batch_builder(split)
+    build = task.batch_builder(split)
     order = np.argsort(split.lengths, kind="stable")
     batches = {}
     for length in lengths:
@@ -53,79 +58,140 @@ def shape_batches(task, lengths, batch_size):
 
 def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tempfile
-
-    import numpy as np
-    from bucketing import CONFIG, base_overrides, write_english_csv
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=12, help="graph calls a shape a round")
+    parser.add_argument("--lengths", help="padded lengths to time, e.g. 16,32,64 (default: every multiple of 8)")
+    parser.add_argument("--steps-only", action="store_true", help="time the fused and unfused steps only")
     parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args()
 
-    import tensorflow as tf
+    config, task, model, trainer, unfused, policy = build(args.set)
+    spe = config.runtime.steps_per_execution
+    lengths = (
+        [int(n) for n in args.lengths.split(",")] if args.lengths else list(range(8, config.data.max_length + 1, 8))
+    )
+    sides = Sides(task, trainer, unfused, lengths, config.train.batch_size, spe)
+    print(
+        f"policy {policy}, batch {config.train.batch_size}, {spe} steps a graph call, "
+        f"XLA {config.runtime.jit_compile}, "
+        f"{args.rounds} rounds of {args.calls} calls a shape",
+        flush=True,
+    )
+    times = sides.time(args.rounds, args.calls, with_parts=not args.steps_only)
+    report_steps(lengths, times)
+    if args.steps_only:
+        return
+    table = report_shapes(lengths, times, config.train.batch_size, trainer)
+    report_bucketing(task, config, lengths, table)
+    dataset = task.train_dataset(0)
+    count, started = 0, time.perf_counter()
+    for _ in dataset.take(200):
+        count += 1
+    print(f"input pipeline alone: {(time.perf_counter() - started) * 1e3 / count:.2f} ms a batch")
+    paired(task, trainer, spe, args)
+
+
+def build(overrides):
+    """The config, task, model, the fused and unfused trainers (built alike) and the policy."""
+    import tempfile
+
+    from bucketing import CONFIG, base_overrides, write_english_csv
 
     from amptrain import config as config_lib
     from amptrain.bench.worker import build_trainer
-    from amptrain.data.batching import BatchPlan, bucket_boundaries
 
     with tempfile.TemporaryDirectory() as scratch:
         data = os.path.join(scratch, "english.csv")
         write_english_csv(data)
-        config = config_lib.load_config(CONFIG, [*base_overrides(data), "data.bucketing=true", *args.set])
+        config = config_lib.load_config(CONFIG, [*base_overrides(data), "data.bucketing=true", *overrides])
         task, model, trainer, policy = build_trainer(config)
     _, _, unfused, _ = build_trainer(config, task=task, fuse_step=False)
     assert trainer.fused and not unfused.fused, "the step profile wants one device and XLA"
-    spe = config.runtime.steps_per_execution
-    batch_size = config.train.batch_size
-    lengths = list(range(8, config.data.max_length + 1, 8))
-    batches = shape_batches(task, lengths, batch_size)
-    iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
-    unfused_iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
-    scale = trainer._current_scale()
+    return config, task, model, trainer, unfused, policy
 
-    def fwd_bwd(batch):
-        features, targets, _ = batch
-        loss, _, _ = trainer._forward_backward(features, targets, scale)
+
+class Sides:
+    """What is timed a shape: the fused step, the unfused step, the forward and backward pass,
+    and AdamW's update alone (outside XLA and under it), every shape compiled first."""
+
+    def __init__(self, task, trainer, unfused, lengths, batch_size, spe):
+        import tensorflow as tf
+
+        self.trainer, self.unfused, self.lengths, self.spe = trainer, unfused, lengths, spe
+        batches = shape_batches(task, lengths, batch_size)
+        self.iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
+        self.unfused_iterators = {n: iter(tf.data.Dataset.from_tensors(b).repeat()) for n, b in batches.items()}
+        self.tensors = {n: tf.nest.map_structure(tf.constant, b) for n, b in batches.items()}
+        self.scale = trainer.current_scale()
+        for n in lengths:  # compile every shape first
+            trainer.train(self.iterators[n], spe)
+            unfused.train(self.unfused_iterators[n], spe)
+            self.fwd_bwd(n)
+        # AdamW's update alone, on gradients of zeros (the unfused trainer's model: its
+        # weights are timed but never compared): as the unfused step runs it, outside XLA,
+        # and compiled by XLA as the fused step runs it.
+        zeros = [tf.zeros_like(v) for v in unfused.variables]
+        self.apply = tf.function(lambda: (unfused.apply_gradients(zeros), tf.constant(0))[1])
+        self.apply_xla = tf.function(lambda: (unfused.apply_gradients(zeros), tf.constant(0))[1], jit_compile=True)
+        self.apply().numpy()
+        self.apply_xla().numpy()
+
+    def fwd_bwd(self, n):
+        features, targets, _ = self.tensors[n]
+        loss, _, _ = self.trainer.forward_backward(features, targets, self.scale)
         loss.numpy()
 
-    tensors = {n: tf.nest.map_structure(tf.constant, b) for n, b in batches.items()}
-    for n in lengths:  # compile every shape first
-        trainer.train(iterators[n], spe)
-        unfused.train(unfused_iterators[n], spe)
-        fwd_bwd(tensors[n])
-    # AdamW's update alone, on gradients of zeros (the unfused trainer's model: its
-    # weights are timed but never compared): as the unfused step runs it, outside XLA,
-    # and compiled by XLA as the fused step runs it.
-    zeros = [tf.zeros_like(v) for v in unfused.variables]
-    apply = tf.function(lambda: (unfused._apply(zeros), tf.constant(0))[1])
-    apply_xla = tf.function(lambda: (unfused._apply(zeros), tf.constant(0))[1], jit_compile=True)
-    apply().numpy()
-    apply_xla().numpy()
-    apply_ms, apply_xla_ms = [], []
-    step_ms, unfused_ms, fb_ms = {n: [] for n in lengths}, {n: [] for n in lengths}, {n: [] for n in lengths}
+    def time(self, rounds, calls, with_parts=True):
+        """{name: {length: [ms a step, a round]}} (the update's under length 0), shapes and
+        sides interleaved round by round."""
+        names = ("step", "unfused", "fwd+bwd", "apply", "apply_xla")
+        times = {name: {n: [] for n in [0, *self.lengths]} for name in names}
+        steps = calls * self.spe
+        for round_ in range(rounds):
+            if with_parts:
+                times["apply"][0].append(_timed(lambda: self.apply().numpy(), steps) / steps)
+                times["apply_xla"][0].append(_timed(lambda: self.apply_xla().numpy(), steps) / steps)
+            for n in self.lengths if round_ % 2 == 0 else reversed(self.lengths):
+                pair = [("step", self.trainer, self.iterators), ("unfused", self.unfused, self.unfused_iterators)]
+                for name, side, iterators in pair if round_ % 2 == 0 else reversed(pair):
+                    call = lambda side=side, it=iterators[n]: side.train(it, self.spe)  # noqa: E731
+                    times[name][n].append(_timed(call, calls) / steps)
+                if with_parts:
+                    times["fwd+bwd"][n].append(_timed(lambda n=n: self.fwd_bwd(n), steps) / steps)
+            shown = ", ".join(
+                f"{name} {n}: {times[name][n][-1]:.2f}" for n in self.lengths for name in ("step", "unfused")
+            )
+            print(f"round {round_ + 1} (ms a step): {shown}", flush=True)
+        return times
 
-    def timed(call, times):
-        started = time.perf_counter()
-        for _ in range(times):
-            call()
-        return (time.perf_counter() - started) * 1e3
 
-    for round_ in range(args.rounds):
-        apply_ms.append(timed(lambda: apply().numpy(), args.calls * spe) / (args.calls * spe))
-        apply_xla_ms.append(timed(lambda: apply_xla().numpy(), args.calls * spe) / (args.calls * spe))
-        for n in lengths if round_ % 2 == 0 else reversed(lengths):
-            pair = [(step_ms, trainer, iterators), (unfused_ms, unfused, unfused_iterators)]
-            for times, side, side_iterators in pair if round_ % 2 == 0 else reversed(pair):
-                call = lambda side=side, it=side_iterators[n]: side.train(it, spe)  # noqa: E731
-                times[n].append(timed(call, args.calls) / (args.calls * spe))
-            fb_ms[n].append(timed(lambda n=n: fwd_bwd(tensors[n]), args.calls * spe) / (args.calls * spe))
+def _timed(call, times):
+    started = time.perf_counter()
+    for _ in range(times):
+        call()
+    return (time.perf_counter() - started) * 1e3
 
-    print(
-        f"policy {policy}, batch {batch_size}, {spe} steps a graph call, XLA {config.runtime.jit_compile}, "
-        f"{args.rounds} rounds of {args.calls} calls a shape"
-    )
+
+def report_steps(lengths, times):
+    """The fused and unfused medians a shape, and their per-round difference."""
+    for n in lengths:
+        fused, unfused = times["step"][n], times["unfused"][n]
+        diffs = [b - a for a, b in zip(fused, unfused)]
+        print(
+            f"length {n}: fused median {statistics.median(fused):.2f} ms (min {min(fused):.2f}), "
+            f"unfused {statistics.median(unfused):.2f} (min {min(unfused):.2f}); unfused - fused per round: "
+            f"median {statistics.median(diffs):.2f} ms (min {min(diffs):.2f}, max {max(diffs):.2f})",
+            flush=True,
+        )
+
+
+def report_shapes(lengths, times, batch_size, trainer):
+    """The table a shape, the linear fits of step time on padded tokens, AdamW's update alone;
+    returns the medians (tokens, step, unfused, fwd+bwd, fastest step) a shape."""
+    import numpy as np
+
+    step_ms, unfused_ms, fb_ms = times["step"], times["unfused"], times["fwd+bwd"]
     print(
         f"{'length':>6} {'padded tok':>10} {'step ms':>8} {'min':>6} {'max':>6} {'unfused':>8} {'min':>6} "
         f"{'fwd+bwd ms':>10} {'rest ms':>7} {'unfused':>7} {'us/padded tok':>13}"
@@ -134,17 +200,13 @@ def main():
     for n in lengths:
         step, old, fb = statistics.median(step_ms[n]), statistics.median(unfused_ms[n]), statistics.median(fb_ms[n])
         tokens = n * batch_size
-        table.append((tokens, step, old, fb))
+        table.append((tokens, step, old, fb, min(step_ms[n])))
         print(
             f"{n:>6} {tokens:>10,} {step:>8.2f} {min(step_ms[n]):>6.2f} {max(step_ms[n]):>6.2f} {old:>8.2f} "
             f"{min(unfused_ms[n]):>6.2f} {fb:>10.2f} {step - fb:>7.2f} {old - fb:>7.2f} {step * 1e3 / tokens:>13.2f}"
         )
-    tokens, steps, olds, fbs = (np.array(column, float) for column in zip(*table))
-    b, a = np.polyfit(tokens, steps, 1)
-    old_b, old_a = np.polyfit(tokens, olds, 1)
-    fb_b, fb_a = np.polyfit(tokens, fbs, 1)
-    mins = np.array([min(step_ms[n]) for n in lengths])
-    min_b, min_a = np.polyfit(tokens, mins, 1)
+    tokens, steps, olds, fbs, mins = (np.array(column, float) for column in zip(*table))
+    (b, a), (old_b, old_a), (fb_b, fb_a), (min_b, min_a) = (np.polyfit(tokens, y, 1) for y in (steps, olds, fbs, mins))
     print(
         f"fit of the medians: step ms = {a:.2f} + {b * 1e3:.2f} us x padded tokens "
         f"(unfused: {old_a:.2f} + {old_b * 1e3:.2f}; fwd+bwd alone: {fb_a:.2f} + {fb_b * 1e3:.2f}); "
@@ -154,15 +216,23 @@ def main():
         f"unfused step - fused step, median over shapes: {statistics.median(olds - steps):.2f} ms "
         f"(min {min(olds - steps):.2f}, max {max(olds - steps):.2f})"
     )
+    apply_ms, apply_xla_ms = times["apply"][0], times["apply_xla"][0]
     print(
         f"AdamW's update alone ({len(trainer.variables)} variables, "
         f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,} parameters), a graph call of its own: "
         f"outside XLA {statistics.median(apply_ms):.2f} ms (min {min(apply_ms):.2f}, max {max(apply_ms):.2f}), "
         f"under XLA {statistics.median(apply_xla_ms):.2f} ms (min {min(apply_xla_ms):.2f}, max {max(apply_xla_ms):.2f})"
     )
+    return table
 
-    # What the fit predicts for benchmarks/bucketing.py's ratio.
+
+def report_bucketing(task, config, lengths, table):
+    """What the per-shape step times predict for benchmarks/bucketing.py's ratio."""
+    from amptrain.data.batching import BatchPlan, bucket_boundaries
+
+    batch_size = config.train.batch_size
     split_lengths = task.splits["train"].lengths
+    _, steps, olds, _, mins = zip(*table)
     medians, fastest, unfused_medians = dict(zip(lengths, steps)), dict(zip(lengths, mins)), dict(zip(lengths, olds))
     epochs = {}
     for name, boundaries in (
@@ -187,13 +257,6 @@ def main():
         f"{off_unfused / on_unfused:.2f}; if time were proportional to padded tokens: {off_padded / on_padded:.2f})"
     )
 
-    dataset = task.train_dataset(0)
-    count, started = 0, time.perf_counter()
-    for _ in dataset.take(200):
-        count += 1
-    print(f"input pipeline alone: {(time.perf_counter() - started) * 1e3 / count:.2f} ms a batch")
-    paired(task, trainer, spe, args)
-
 
 def paired(task, trainer, spe, args):
     """Bucketing on against off with the real batch plans, interleaved in this process
@@ -206,8 +269,10 @@ def paired(task, trainer, spe, args):
 
     from amptrain.data.batching import round_up
 
+    # The same task with its training split padded to max_length (bucketing off).
     off_task = copy.copy(task)
-    off_task.boundaries = [round_up(task.config.data.max_length)]
+    off_task.splits = {"train": copy.copy(task.splits["train"])}
+    off_task.splits["train"].boundaries = off_task.boundaries = [round_up(task.config.data.max_length)]
     sides = {}
     for name, side_task in (("on", task), ("off", off_task)):
         sides[f"{name}, plan"] = iter(side_task.train_dataset(0))

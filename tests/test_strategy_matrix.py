@@ -33,7 +33,7 @@ from engine.test_distribution import amptrain_cli
 
 import amptrain
 from amptrain import cli
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 
 pytestmark = pytest.mark.slow
 

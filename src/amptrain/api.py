@@ -42,15 +42,14 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
 
 def _fit(config, run_dir, write_dir, cluster):
     from amptrain import distribute
-    from amptrain.engine.telemetry import setup_logging
+    from amptrain.engine.run_log import setup_logging
     from amptrain.precision import check_numerics
-    from amptrain.tasks import TASKS
+    from amptrain.tasks import create_task
 
     # Only the chief reports progress on the terminal; the others their warnings and errors.
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
-    task = TASKS[config.task](config, run_dir)
-    task.during_fit = True
+    task = create_task(config, run_dir)
     distribute.configure_devices(config.runtime)
     if cluster.is_multi_worker:
         # The strategy must exist before TensorFlow runs anything (it sets up the
@@ -98,17 +97,15 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
+    from amptrain.engine.build import seed
     from amptrain.engine.loop import Job, run_training
     from amptrain.precision import check_numerics
-    from amptrain.precision.policy import select_policy
 
-    seed(config)
-    policy, reason = select_policy(config.precision.policy)
-    with placement.strategy.scope():
-        model = task.build_model(policy)
+    seed(config.runtime)
+    model, policy, reason = task.create_model(placement.strategy)
     job = Job(
         model=model,
-        loss_fn=task.loss_fn,
+        loss_fn=task.loss,
         train_dataset=task.train_dataset,
         steps_per_epoch=task.steps_per_epoch,
         evaluate=task.evaluate,
@@ -141,55 +138,44 @@ def _claim_run_dir(config, run_dir, overwrite):
     config_lib.save_config(config, saved_path)
 
 
-def seed(config):
-    """Seeds and determinism: the process-wide settings of a run."""
-    import keras
-    import tensorflow as tf
-
-    keras.utils.set_random_seed(config.runtime.seed)
-    if config.runtime.deterministic:
-        tf.config.experimental.enable_op_determinism()
-
-
 def load_run(run_dir, split_names):
-    """A trained run's task and model with its best weights, and a predict function."""
+    """A trained run's task, its model with the best weights, a predict function over that
+    model, and the checkpoint's path."""
     import tensorflow as tf
 
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.trainer import Trainer
-    from amptrain.precision.policy import select_policy
-    from amptrain.tasks import TASKS
+    from amptrain.tasks import create_task
 
     saved_path = os.path.join(run_dir, "config.toml")
     if not os.path.exists(saved_path):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
     config = config_lib.load_config(saved_path, base_dir=run_dir)
-    task = TASKS[config.task](config, run_dir)
+    task = create_task(config, run_dir)
     task.prepare(split_names)
-    policy, _ = select_policy(config.precision.policy)
-    model = task.build_model(policy)
+    model, _, _ = task.create_model()
     try:
         checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"))
     except FileNotFoundError:
         raise UserError(f"{run_dir}: no checkpoint yet; train first with `amptrain fit`") from None
     trainer = Trainer(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
-    return task, trainer.predict, checkpoint
+    return task, model, trainer.predict, checkpoint
 
 
 def evaluate(run_dir, split="test", data=None):
     """Scores a split (or another labelled file) with the run's best checkpoint."""
-    from amptrain.engine.telemetry import setup_logging
+    from amptrain.engine.run_log import setup_logging
 
     if not os.path.exists(os.path.join(run_dir, "config.toml")):  # before the log goes there
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
     setup_logging(run_dir)
-    task, predict, checkpoint = load_run(run_dir, () if data else (split,))
+    task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,))
     if data:
         split = "data"
         task.add_split(split, os.path.abspath(data))
     elif split not in task.splits:
         raise UserError(f"{run_dir}: the run's config has no data.{split} file; pass --data PATH")
-    metrics = task.evaluate(split, predict, None)
+    metrics = task.evaluate(split, model, predict_fn)
     return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
 
 
@@ -198,11 +184,11 @@ def predict(run_dir, texts, skip_blank=False):
     (classification), the tags and entities (ner), the translation (translation).
     `skip_blank` (lines of a file): blank texts are left out, except by translation,
     which translates a blank line to a blank line."""
-    task, predict_fn, _ = load_run(run_dir, ())
+    task, model, predict_fn, _ = load_run(run_dir, ())
     texts = list(texts)
     if skip_blank and not task.keeps_blank_lines:
         texts = [t for t in texts if t.strip()]
-    return task.predict_texts(predict_fn, texts)
+    return task.predict_texts(texts, model, predict_fn)
 
 
 def audit(config_path, overrides=(), policy=None):
@@ -213,14 +199,10 @@ def audit(config_path, overrides=(), policy=None):
         overrides = [*(overrides.items() if isinstance(overrides, dict) else overrides), ("precision.policy", policy)]
     config = config_lib.load_config(config_path, overrides)
     from amptrain.precision.audit import audit_model
-    from amptrain.precision.policy import select_policy
-    from amptrain.tasks import TASKS
+    from amptrain.tasks import prepared_in_scratch
 
-    policy, reason = select_policy(config.precision.policy)
-    with tempfile.TemporaryDirectory() as run_dir:  # the task saves what it learns there
-        task = TASKS[config.task](config, run_dir)
-        task.prepare(("train",))
-        model = task.build_model(policy)
+    task = prepared_in_scratch(config)
+    model, policy, reason = task.create_model()
     features, targets, _ = task.signature()
     m = config.model
     sizes = {
@@ -228,5 +210,5 @@ def audit(config_path, overrides=(), policy=None):
         "model.intermediate_dim": m.intermediate_dim,
         "model.hidden_dim / model.num_heads": m.hidden_dim // m.num_heads,  # the head size
     }
-    report = audit_model(model, policy, config.precision.loss_scale, features, task.loss_fn, targets, sizes)
+    report = audit_model(model, policy, config.precision.loss_scale, features, task.loss, targets, sizes)
     return {"config": str(config_path), "policy_reason": reason, **report}

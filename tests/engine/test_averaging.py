@@ -13,7 +13,7 @@ from poisoned import batches, poisoned_model, squared_error
 
 import amptrain
 from amptrain.engine.averaging import WeightAverage
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.engine.trainer import Trainer
 from amptrain.precision.loss_scale import LossScaler
 
@@ -28,7 +28,7 @@ def make_trainer(decay=DECAY, scaler=None):
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
     average = WeightAverage(strategy, model.trainable_variables, decay)
-    trainer = Trainer(strategy, model, optimizer, squared_error, scaler, weight_average=average)
+    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=scaler, weight_average=average)
     return trainer, model, optimizer, average
 
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 import amptrain
 from amptrain import distribute
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.engine.trainer import Trainer
 from amptrain.errors import ConfigError
 from amptrain.precision.loss_scale import LossScaler
@@ -134,7 +134,12 @@ def micro_batch_trainer(accumulation_steps, scaler=None):
     optimizer = keras.optimizers.Adam(0.05)
     optimizer.build(model.trainable_variables)
     return Trainer(
-        tf.distribute.get_strategy(), model, optimizer, squared_error, scaler, accumulation_steps=accumulation_steps
+        tf.distribute.get_strategy(),
+        model,
+        optimizer,
+        squared_error,
+        loss_scale=scaler,
+        accumulation_steps=accumulation_steps,
     )
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import amptrain
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 
 
 def fit(tiny, name, *overrides):

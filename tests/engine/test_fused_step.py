@@ -96,7 +96,7 @@ def test_a_skipped_step_changes_nothing_under_the_fused_step(scaler):
         model,
         optimizer,
         squared_error,
-        loss_scale,
+        loss_scale=loss_scale,
         jit_compile=True,
         clip_norm=1.0,
         stop_on_nonfinite_loss=False,

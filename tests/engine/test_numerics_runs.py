@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import amptrain
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.errors import NumericsError
 
 

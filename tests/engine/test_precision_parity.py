@@ -5,7 +5,7 @@ format's rounding explains."""
 import pytest
 
 import amptrain
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 
 # Loss of each `train` record (the mean of the last 4 steps) against float32's, measured
 # on the 2-core CPU this was written on (TF 2.21, Keras 3.15); runs are deterministic.

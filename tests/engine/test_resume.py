@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 
 pytestmark = pytest.mark.slow
 

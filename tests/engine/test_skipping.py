@@ -26,7 +26,7 @@ def make_trainer(scaler=None, **kwargs):
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.1)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, model, optimizer, squared_error, scaler, **kwargs)
+    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=scaler, **kwargs)
     return trainer, model, optimizer
 
 
@@ -98,7 +98,7 @@ with strategy.scope():
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.1)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, model, optimizer, squared_error, LossScaler(1024.0))
+    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=LossScaler(1024.0))
 # A global batch of 2 splits 1 + 1: only the second replica's example is poisoned.
 iterator = iter(strategy.experimental_distribute_dataset(batches([[1, float("inf")], [1, 1]])))
 def replicas():

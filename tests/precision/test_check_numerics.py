@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import amptrain
 from amptrain.config import Config, PrecisionConfig, RuntimeConfig
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.errors import NumericsError
 from amptrain.precision import check_numerics
 

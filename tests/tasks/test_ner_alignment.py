@@ -6,7 +6,8 @@ import pytest
 
 from amptrain import config as config_lib
 from amptrain.data.vocabulary import RESERVED_TOKENS, pad_to_multiple, save_vocabulary
-from amptrain.tasks.ner import NerTask, align
+from amptrain.tasks.ner import NerTask
+from amptrain.tasks.ner_features import align
 
 PIECES = ["Em", "##pire", "State", "ES", "##B", "=", "@", "bob", "storm"]
 SENTENCES = "Empire\tB-location\nState\tI-location\n=\tO\nESB\tB-location\n\n@bob\tB-person\n\u200b\tO\nstorm\tO\n"
@@ -42,11 +43,11 @@ def make_task(tmp_path, *overrides):
 def test_multi_piece_words_carry_their_tag_on_the_first_piece_only(tmp_path):
     task, vocabulary = make_task(tmp_path)
     split = task.splits["train"]
-    pieces = [[vocabulary[i] for i in ids] for ids in split.token_ids]
+    pieces = [[vocabulary[i] for i in ids] for ids in split.encoded["token_ids"]]
     # "@bob" is two pieces (punctuation splits); the zero-width space makes none: one [UNK]
     assert pieces == [["[CLS]", "Em", "##pire", "State", "=", "ES", "##B"], ["[CLS]", "@", "bob", "[UNK]", "storm"]]
-    assert [f.tolist() for f in split.first_pieces] == [[1, 3, 4, 5], [1, 3, 4]]
-    features, targets, token_counts = task._batch_builder(split)(np.array([0, 1, -1]), 8)
+    assert [f.tolist() for f in split.encoded["first_pieces"]] == [[1, 3, 4, 5], [1, 3, 4]]
+    features, targets, token_counts = task.batch_builder(split)(np.array([0, 1, -1]), 8)
     # the model's target is a word's entity type (runs of one type are one entity)
     classes = [[task.classes[i] for i in row] for row in targets["labels"]]
     assert classes[0][:7] == ["O", "location", "O", "location", "O", "location", "O"]
@@ -73,8 +74,8 @@ def test_truncated_words_are_counted_predicted_o_and_missed(tmp_path):
     # [CLS] Em ##pire State = is 5 pieces: ESB (2 more) does not fit into 6
     task, _ = make_task(tmp_path, "data.max_length=6")
     split = task.splits["train"]
-    assert split.truncated_words == 1
-    metrics = task.evaluate("train", echo_gold(len(task.classes)), str(tmp_path / "predictions"))
+    assert split.truncated == 1
+    metrics = task.evaluate("train", None, echo_gold(len(task.classes)), str(tmp_path / "predictions"))
     assert metrics["truncated_words"] == 1 and metrics["words"] == 7
     assert (metrics["gold_entities"], metrics["correct_entities"], metrics["predicted_entities"]) == (3, 2, 2)
     assert metrics["recall"] == pytest.approx(2 / 3) and metrics["precision"] == 1.0
@@ -121,17 +122,17 @@ def test_outside_weight_scales_o_words_and_the_loss_counts_real_words(tmp_path):
     import tensorflow as tf
 
     task, _ = make_task(tmp_path, "train.outside_weight=0.25")
-    features, targets, _ = task._batch_builder(task.splits["train"])(np.array([0, -1]), 8)
+    features, targets, _ = task.batch_builder(task.splits["train"])(np.array([0, -1]), 8)
     assert targets["weights"][0].tolist() == [0, 1, 0, 1, 0.25, 1, 0, 0]  # "=" is O
     logits = tf.zeros(targets["labels"].shape + (len(task.classes),))
-    loss_sum, count = task.loss_fn({k: tf.constant(v) for k, v in targets.items()}, logits)
+    loss_sum, count = task.loss({k: tf.constant(v) for k, v in targets.items()}, logits)
     # uniform logits: every word's cross-entropy is log(3): O, location, person; 3 entity words, one O at 0.25
     assert float(count) == 4.0
     assert float(loss_sum) == pytest.approx(3.25 * np.log(3), rel=1e-5)
 
 
 def test_word_shapes_by_hand():
-    from amptrain.tasks.ner import SHAPES, piece_shapes, word_shape
+    from amptrain.tasks.ner_features import SHAPES, piece_shapes, word_shape
 
     def name(word, start=False):
         shape = word_shape(word, start)
@@ -154,7 +155,7 @@ def test_word_shapes_by_hand():
 
 
 def test_word_characters_by_hand():
-    from amptrain.tasks.ner import CHARS_PER_WORD, NUM_CHARS, char_id, piece_chars, word_chars
+    from amptrain.tasks.ner_features import CHARS_PER_WORD, NUM_CHARS, char_id, piece_chars, word_chars
 
     # printable ASCII is ord - 30; 1 and 2 mark the word's start and end; 0 pads
     assert word_chars("Bob").tolist() == [1, 36, 81, 68, 2] + [0] * 15
@@ -173,10 +174,10 @@ def test_word_characters_by_hand():
 
 
 def test_batches_carry_each_piece_characters(tmp_path):
-    from amptrain.tasks.ner import word_chars
+    from amptrain.tasks.ner_features import word_chars
 
     task, _ = make_task(tmp_path)
-    features, _, _ = task._batch_builder(task.splits["train"])(np.array([1, -1]), 8)
+    features, _, _ = task.batch_builder(task.splits["train"])(np.array([1, -1]), 8)
     assert features["char_ids"].shape == (2, 8, 20)
     # [CLS] @ bob [UNK] storm: "@bob" on its two pieces, then the zero-width space, then "storm"
     rows = features["char_ids"][0].tolist()
@@ -188,7 +189,8 @@ def test_batches_carry_each_piece_characters(tmp_path):
 def test_capitalised_words_carry_how_often_training_saw_them_lower_case(tmp_path):
     import json
 
-    from amptrain.tasks.ner import LOWERCASE_WORDS_FILE, NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
+    from amptrain.tasks.ner import LOWERCASE_WORDS_FILE
+    from amptrain.tasks.ner_features import NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
 
     counts = {"the": 7, "storm": 1}
     # never seen lower-case: 0; 1 to 4 times: 1; 5 or more: 2; a word without capitals: 0

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import amptrain
-from amptrain.engine.telemetry import read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.metrics.spans import score, spans
 
 

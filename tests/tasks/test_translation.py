@@ -12,8 +12,9 @@ import tensorflow as tf
 
 import amptrain
 from amptrain.data.batching import BatchPlan, rows_for_tokens
-from amptrain.engine.telemetry import read_metrics
-from amptrain.tasks.translation import Split, TranslationTask, detokenize, smoothed_cross_entropy
+from amptrain.engine.run_log import read_metrics
+from amptrain.models.losses import smoothed_cross_entropy
+from amptrain.tasks.translation import TranslationTask, detokenize, pair_split
 
 
 def test_padding_adds_nothing_to_the_loss_or_the_count():
@@ -38,7 +39,7 @@ def test_label_smoothing_spreads_the_target_over_the_vocabulary():
 
 def test_a_batch_shifts_the_target_and_masks_padding():
     pairs = [None, None]
-    split = Split(
+    split = pair_split(
         "t",
         "t",
         pairs,
@@ -49,7 +50,7 @@ def test_a_batch_shifts_the_target_and_masks_padding():
         end_id=3,
     )
     assert split.lengths.tolist() == [3, 4]  # the longer side: source 3; decoder 1 + 3 pieces
-    features, targets, counts = TranslationTask._batch_builder(split)(np.array([0, 1, -1]), 8)
+    features, targets, counts = TranslationTask.batch_builder(None, split)(np.array([0, 1, -1]), 8)
     assert features["source_ids"][0].tolist() == [5, 6, 7, 0, 0, 0, 0, 0]
     assert features["target_ids"][0].tolist() == [2, 10, 11, 0, 0, 0, 0, 0]  # start, pieces
     assert targets["labels"][0].tolist() == [10, 11, 3, 0, 0, 0, 0, 0]  # pieces, end
@@ -59,9 +60,9 @@ def test_a_batch_shifts_the_target_and_masks_padding():
 
 
 def test_a_cut_target_still_ends_with_the_end_piece():
-    split = Split("t", "t", [None], [np.arange(10, 30)], [np.arange(40, 60)], max_length=6, start_id=2, end_id=3)
-    assert split.target_ids[0].tolist() == [2, 40, 41, 42, 43, 3]
-    assert split.source_ids[0].tolist() == [10, 11, 12, 13, 14, 15]
+    split = pair_split("t", "t", [None], [np.arange(10, 30)], [np.arange(40, 60)], max_length=6, start_id=2, end_id=3)
+    assert split.encoded["target_ids"][0].tolist() == [2, 40, 41, 42, 43, 3]
+    assert split.encoded["source_ids"][0].tolist() == [10, 11, 12, 13, 14, 15]
     assert split.truncated == 1
 
 

@@ -6,8 +6,10 @@
 Prints one JSON line (the last line of its output) with the measurements. The runner
 (`bench/runner.py`) starts one of these per combination.
 
-A combination is timed the way the engine trains: the same task data, model, optimizer,
-loss scaler and `Trainer`, `steps_per_execution` steps a graph call. The first call
+A combination is timed the way the engine trains: the same task data and model, and the
+optimizer, loss scaler, weight average and `Trainer` (accumulation and stop conditions
+included) from the builder `amptrain fit` uses (`engine.build.build_training`),
+`steps_per_execution` steps a graph call. The first call
 (tracing, XLA compilation, the first steps) is timed apart as `compile_seconds`; then,
 with real data, one step of each bucket's shape (XLA compiles once per batch shape, and
 the rarest bucket may have one batch an epoch); the warm-up goes on to `warmup_steps`
@@ -18,7 +20,6 @@ synchronised by reading its totals back, the steps counted by `trainer.step`.
 import json
 import resource
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -28,44 +29,24 @@ from amptrain import config as config_lib
 
 def build_trainer(config, strategy=None, task=None, fuse_step=True):
     """(task, model, trainer, policy) for `config`, built the way `amptrain fit` builds
-    them: the task's training data (or `task`, prepared already) and model, AdamW, the
-    precision's loss scaler, the `Trainer`. The benchmarks share this, so they time what
-    the engine runs. `fuse_step=False` keeps the optimizer update out of XLA even on one
-    device (the engine's path before the fused step, for comparison)."""
+    them: the task's training data (or `task`, prepared already) and model, and the
+    training parts from `engine.build.build_training`. The benchmarks share this, so they
+    time what the engine runs. `fuse_step=False` keeps the optimizer update out of XLA even
+    on one device (the engine's path under several replicas, for comparison)."""
     from amptrain import distribute
-    from amptrain.api import seed
-    from amptrain.engine.optimizer import build_optimizer
-    from amptrain.engine.trainer import Trainer
-    from amptrain.precision.loss_scale import build_scaler
-    from amptrain.precision.policy import select_policy
-    from amptrain.tasks import TASKS
+    from amptrain.engine.build import build_training, seed
+    from amptrain.tasks import prepared_in_scratch
 
     distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
-    if task is None:
-        with tempfile.TemporaryDirectory() as scratch:  # the task saves what it learns there
-            task = TASKS[config.task](config, scratch)
-            task.prepare(("train",))
-    seed(config)
-    policy, _ = select_policy(config.precision.policy)
+    task = task or prepared_in_scratch(config)
+    seed(config.runtime)
     strategy = strategy or distribute.select_strategy(config.runtime).strategy
     distribute.check_split(config, strategy)
     distribute.check_split(config, strategy, task)
-    with strategy.scope():
-        model = task.build_model(policy)
-        optimizer, _ = build_optimizer(config.train, total_steps=10**6)
-        optimizer.build(model.trainable_variables)
-        scaler = build_scaler(config.precision, policy)
-        trainer = Trainer(
-            strategy,
-            model,
-            optimizer,
-            task.loss_fn,
-            scaler,
-            config.runtime.jit_compile,
-            config.train.clip_norm,
-            fuse_step=fuse_step,
-        )
-    return task, model, trainer, policy
+    model, policy, _ = task.create_model(strategy)
+    # A schedule long enough that the timed steps are all at the peak learning rate's scale.
+    parts = build_training(model, task.loss, config, strategy, policy, total_steps=10**6, fuse_step=fuse_step)
+    return task, model, parts.trainer, policy
 
 
 def measure_combination(spec):
@@ -87,7 +68,7 @@ def measure_combination(spec):
     warmup = spec.get("warmup_steps") or (max(spe, 48) if spec["data"] == "real" else spe)
     shapes = None
     if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
-        shapes = (iter(distribute_batches(strategy, lambda: one_batch_per_shape(task))), len(task.boundaries))
+        shapes = (iter(distribute_batches(strategy, lambda: one_batch_per_shape(task))), len(task.train_buckets()))
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
     # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
     mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
@@ -164,7 +145,7 @@ def one_batch_per_shape(task):
     from amptrain.data.pipeline import plan_dataset
 
     split = task.splits["train"]
-    plan = task._plan(split, shuffle=True)
+    plan = task.plan(split, shuffle=True)
     first = {}
     for step in range(plan.steps_per_epoch):
         first.setdefault(plan.batch(step)[1], step)
@@ -175,7 +156,7 @@ def one_batch_per_shape(task):
         def batch(self, index):
             return plan.batch(self.steps[index % len(self.steps)])
 
-    return plan_dataset(Picked(), task._batch_builder(split), task.signature())
+    return plan_dataset(Picked(), task.batch_builder(split), task.signature())
 
 
 def _one_batch_repeated(dataset, look_at=32):

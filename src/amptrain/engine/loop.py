@@ -1,10 +1,10 @@
 """The fit loop: train in chunks of `steps_per_execution`, log, evaluate, checkpoint, resume.
 
-    job = Job(model, loss_fn, train_dataset, steps_per_epoch, evaluate, primary_metric="accuracy")
+    job = Job(model, task.loss, task.train_dataset, task.steps_per_epoch, task.evaluate, "accuracy")
     run_training(job, config, run_dir, placement, policy="float32", policy_reason="...")
 
 The engine knows no task: a `Job` hands it a model, a loss, a dataset factory and an
-evaluation callable, and it runs them.
+evaluation callable (the Task contract's, `tasks/base.py`), and it runs them.
 
 On several workers every worker runs this same loop in lockstep (each graph call and
 each evaluation holds collectives), reads checkpoints from the chief's `run_dir`, and
@@ -26,14 +26,13 @@ from collections.abc import Callable
 import keras
 
 from amptrain import distribute
-from amptrain.engine.averaging import WeightAverage
+from amptrain.engine.build import build_training
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.numerics import NumericsWatch
-from amptrain.engine.optimizer import build_optimizer, current_learning_rate
-from amptrain.engine.telemetry import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, read_metrics
-from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, Trainer
+from amptrain.engine.optimizer import current_learning_rate
+from amptrain.engine.run_log import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, Window, read_metrics
+from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
 from amptrain.errors import Interrupted, NumericsError
-from amptrain.precision.loss_scale import build_scaler
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -48,7 +47,8 @@ class Job:
     # start_step -> endless tf.data.Dataset of (features, targets, token_counts) from that step on
     train_dataset: Callable
     steps_per_epoch: int
-    # (split, predict, predictions_path or None) -> {metric: value}; predict(dataset) -> outputs
+    # (split, model, predict, predictions_path=None, quick=False) -> {metric: value};
+    # predict(dataset) -> outputs of each batch. `quick`: between training steps.
     evaluate: Callable
     primary_metric: str
     has_dev: bool = True
@@ -58,76 +58,75 @@ class Job:
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None):
     """Trains (or resumes) and scores the test split with the best checkpoint. `placement`:
     the strategy and why (`distribute.select_strategy`), whose replicas can share the
-    global batch (`api` checks that before any work: `distribute.check_batch_size`).
+    global batch (`api` checks that before any work: `distribute.check_split`).
 
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
-    strategy = placement.strategy
     write_dir = write_dir or run_dir
-    t = config.train
-    # A step is `accumulation_steps` batches of the task's plan.
-    steps_per_epoch = max(1, job.steps_per_epoch // t.accumulation_steps)
-    steps = t.total_steps(steps_per_epoch)
-    eval_every = t.eval_every or steps_per_epoch
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
         logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
         return _final_test_record(metrics_path)
-
-    with strategy.scope():
-        optimizer, lr_factor = build_optimizer(t, steps)
-        optimizer.build(job.model.trainable_variables)
-        scaler = build_scaler(config.precision, policy)
-        average = WeightAverage(strategy, job.model.trainable_variables, t.ema_decay) if t.ema_decay > 0 else None
-        trainer = Trainer(
-            strategy,
-            job.model,
-            optimizer,
-            job.loss_fn,
-            scaler,
-            config.runtime.jit_compile,
-            t.clip_norm,
-            max_consecutive_skips=config.precision.max_consecutive_skips,
-            stop_on_nonfinite_loss=t.on_nonfinite != "skip",
-            accumulation_steps=t.accumulation_steps,
-            weight_average=average,
-        )
-    state = {"loss_scale": scaler, "learning_rate_factor": lr_factor, **trainer.counters()}
-    if average is not None:
-        state["weight_average"] = average.trackable
+    # A step is `accumulation_steps` batches of the task's plan.
+    steps_per_epoch = max(1, job.steps_per_epoch // config.train.accumulation_steps)
+    steps = config.train.total_steps(steps_per_epoch)
+    parts = build_training(job.model, job.loss_fn, config, placement.strategy, policy, steps)
     checkpoints = Checkpoints(
         os.path.join(write_dir, "checkpoints"),
         job.model,
-        optimizer,
-        trainer.step,
-        state,
-        t.max_to_keep,
+        parts.optimizer,
+        parts.trainer.step,
+        parts.checkpoint_state(),
+        config.train.max_to_keep,
         source=os.path.join(run_dir, "checkpoints"),
     )
     start_step = checkpoints.restore_latest()
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
-    log.write(
-        {
-            "kind": "run",
-            **placement.describe(cluster),
-            "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
-            "tokens_per_batch": config.data.tokens_per_batch or None,
-            "accumulation_steps": t.accumulation_steps,
-            "policy": policy,
-            "policy_reason": policy_reason,
-            "jit_compile": config.runtime.jit_compile,
-            "steps_per_execution": config.runtime.steps_per_execution,
-            "loss_scale": scaler.describe() if scaler is not None else None,
-            "on_nonfinite": t.on_nonfinite,
-            "ema_decay": t.ema_decay,
-            "resumed_from_step": start_step,
-            "total_steps": steps,
-        }
-    )
+    log.write(_run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps))
+    _announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
+    eval_every = config.train.eval_every or steps_per_epoch
+    loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
+    try:
+        loop.run(start_step)
+        # The chief may still be writing the best checkpoint that every worker reads next.
+        distribute.barrier(placement.strategy)
+        metrics = _final_test(job, parts.trainer, checkpoints, log, scalars)
+    finally:
+        scalars.close()
+    who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
+    step = int(parts.trainer.step.numpy())
+    logger.info(f"{who}final weights {weights_fingerprint(job.model)} (step {step})", extra=EVERY_WORKER)
+    return metrics
+
+
+def _run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):
+    """The `run` record of metrics.jsonl: how this (part of the) run trains."""
+    t = config.train
+    return {
+        "kind": "run",
+        **placement.describe(cluster),
+        "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
+        "tokens_per_batch": config.data.tokens_per_batch or None,
+        "accumulation_steps": t.accumulation_steps,
+        "policy": policy,
+        "policy_reason": policy_reason,
+        "jit_compile": config.runtime.jit_compile,
+        "steps_per_execution": config.runtime.steps_per_execution,
+        "loss_scale": scaler.describe() if scaler is not None else None,
+        "on_nonfinite": t.on_nonfinite,
+        "ema_decay": t.ema_decay,
+        "resumed_from_step": start_step,
+        "total_steps": steps,
+    }
+
+
+def _announce(config, placement, cluster, policy, policy_reason, scaler, start_step, steps, steps_per_epoch):
+    """The log lines that say how the run trains: strategy, batches, precision, length."""
+    t = config.train
     if start_step:
         logger.info(f"resuming from the checkpoint of step {start_step}")
-    replicas = strategy.num_replicas_in_sync
+    replicas = placement.strategy.num_replicas_in_sync
     tokens = config.data.tokens_per_batch
     logger.info(
         f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
@@ -141,19 +140,6 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
     if scaler is not None:
         logger.info(scaler.describe())
-
-    loop = _Loop(job, config, trainer, checkpoints, log, scalars, steps, eval_every, lr_factor)
-    try:
-        loop.run(start_step)
-        # The chief may still be writing the best checkpoint that every worker reads next.
-        distribute.barrier(strategy)
-        metrics = _final_test(job, trainer, checkpoints, log, scalars)
-    finally:
-        scalars.close()
-    who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
-    step = int(trainer.step.numpy())
-    logger.info(f"{who}final weights {weights_fingerprint(job.model)} (step {step})", extra=EVERY_WORKER)
-    return metrics
 
 
 def weights_fingerprint(model):
@@ -214,7 +200,7 @@ class _Loop:
             distribute.distribute_batches(self.trainer.strategy, lambda: self.job.train_dataset(first_batch))
         )
         progress = Progress(self.steps, step)
-        window = _Window()
+        window = Window()
         try:
             while step < self.steps:
                 totals = self.trainer.train(iterator, self._chunk(step))
@@ -233,7 +219,7 @@ class _Loop:
                 if step % self.config.train.log_every == 0 or step == self.steps:
                     progress.clear()
                     self._log_train(step, window)
-                    window = _Window()
+                    window = Window()
                 if self._end_of_interval(step) and self._evaluate_and_checkpoint(step):
                     return self.steps
         finally:
@@ -332,7 +318,7 @@ class _Loop:
         average = self.trainer.weight_average
         with average.applied() if average is not None else contextlib.nullcontext():
             if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
-                metrics = self.job.evaluate("dev", self.trainer.predict, None)
+                metrics = self.job.evaluate("dev", self.job.model, self.trainer.predict, None, quick=True)
                 value = metrics[self.job.primary_metric]
                 improved = value > self.checkpoints.best_metric.numpy()
                 if improved:
@@ -372,7 +358,7 @@ def _final_test(job, trainer, checkpoints, log, scalars):
         path = checkpoints.restore_best()
         best_step = int(checkpoints.step.numpy())
         predictions = os.path.join(os.path.dirname(checkpoints.directory), "predictions-test")
-        metrics = job.evaluate("test", trainer.predict, predictions)
+        metrics = job.evaluate("test", job.model, trainer.predict, predictions)
         _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
     log.write({"kind": "end", "step": last_step})
     return metrics
@@ -381,35 +367,3 @@ def _final_test(job, trainer, checkpoints, log, scalars):
 def _final_test_record(metrics_path):
     tests = [r for r in read_metrics(metrics_path) if r.get("kind") == "eval" and r.get("split") == "test"]
     return tests[-1] if tests else {}
-
-
-class _Window:
-    """Totals of the steps since the last `train` record."""
-
-    def __init__(self):
-        self.started = time.time()
-        self.loss_total = 0.0
-        self.applied_steps = 0
-        self.overflow_steps = 0
-        self.steps = 0
-        self.tokens = [0, 0]
-        self.grad_norm = None
-        self.last_loss = float("nan")
-
-    def add(self, totals, n):
-        self.loss_total += float(totals["loss_total"])
-        self.applied_steps += int(totals["applied_steps"])
-        self.overflow_steps += int(totals["overflow_steps"])
-        self.steps += n
-        self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
-        if int(totals["applied_steps"]):
-            self.grad_norm = float(totals["grad_norm"])
-        self.last_loss = self.mean_loss()
-
-    def mean_loss(self):
-        """The mean loss of the applied steps (NaN when every step was skipped)."""
-        return self.loss_total / self.applied_steps if self.applied_steps else float("nan")
-
-    def tokens_per_second(self, padded=False):
-        elapsed = max(time.time() - self.started, 1e-9)
-        return self.tokens[1 if padded else 0] / elapsed

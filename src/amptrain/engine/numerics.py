@@ -14,7 +14,7 @@ is named as the `origin`.
 
 import logging
 
-from amptrain.engine.telemetry import LOGGER_NAME
+from amptrain.engine.run_log import LOGGER_NAME
 from amptrain.engine.trainer import NONFINITE_LOSS, SCALE_AT_FLOOR, TOO_MANY_SKIPS
 
 logger = logging.getLogger(LOGGER_NAME)

@@ -1,6 +1,7 @@
 """The training step: N steps in one graph call, each step run on every replica.
 
     trainer = Trainer(strategy, model, optimizer, loss_fn, loss_scale=None, jit_compile=True)
+    # (engine.build.build_training builds one from a config, as `fit` and `bench` do)
     totals = trainer.train(iterator, num_steps=8)   # one graph call, up to 8 steps
     outputs = trainer.predict(dataset)              # list of numpy outputs, one per batch
 
@@ -26,7 +27,7 @@ graph, so it holds for any `steps_per_execution` and under XLA.
 Why the functions are split the way they are (each a pitfall met, see
 docs/architecture.md): XLA cannot compile the op that pulls from a `tf.data` iterator,
 so the multi-step loop is an ordinary `tf.function` that pulls each step's batches and
-hands them to `_step`. On one device with `jit_compile` (`fused`), `_step` is one XLA
+hands them to `_step_fn`. On one device with `jit_compile` (`fused`), `_step_fn` is one XLA
 cluster: forward and backward, reduce, skip decision, optimizer update, loss scaler,
 counters. Under several replicas only the replica's forward and backward pass is
 jit-compiled: their replicas meet in `merge_call`, which XLA cannot compile. A
@@ -50,6 +51,7 @@ class Trainer:
         model,
         optimizer,
         loss_fn,
+        *,
         loss_scale=None,
         jit_compile=False,
         clip_norm=0.0,
@@ -80,17 +82,16 @@ class Trainer:
         self.step = counter("step")  # batches consumed, skipped or not
         self.skipped_steps = counter("skipped_steps")
         self.consecutive_skips = counter("consecutive_skips")
-        self._forward_backward = tf.function(
-            self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True
-        )
+        # Public for benchmarks/step_profile.py, which times the parts of a step.
+        self.forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
         # One replica (the default strategy, OneDeviceStrategy) has no merge_call across
         # replica threads, so XLA can compile the whole step after the iterator pull:
         # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
         self.fused = bool(fuse_step and jit_compile) and is_single_device(strategy)
         if self.fused:
-            self._step = tf.function(self._step_impl, jit_compile=True, reduce_retracing=True)
+            self._step_fn = tf.function(self._step_into_totals, jit_compile=True, reduce_retracing=True)
         else:
-            self._step = self._step_impl
+            self._step_fn = self._step_into_totals
         self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
         self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True)
@@ -101,7 +102,7 @@ class Trainer:
 
     # === Replica context ===
 
-    def _current_scale(self):
+    def current_scale(self):
         return self.loss_scale.scale.read_value() if self.loss_scale is not None else tf.constant(1.0)
 
     def _forward_backward_impl(self, features, targets, scale):
@@ -109,7 +110,7 @@ class Trainer:
             outputs = self.model(features, training=True)
             loss_sum, count = self.loss_fn(targets, outputs)
             # A per-replica mean keeps the gradients' magnitudes (and so the loss
-            # scale) independent of batch size; _micro_step turns it back into sums.
+            # scale) independent of batch size; _replica_micro_batch turns it back into sums.
             local_mean = loss_sum / tf.maximum(count, 1.0)
             scaled = local_mean * scale
         gradients = tape.gradient(scaled, self.variables)
@@ -120,22 +121,22 @@ class Trainer:
         # constant, so the fused step would recompile on every call.
         return loss_sum, count, [tf.convert_to_tensor(g) for g in gradients]
 
-    def _micro_step(self, features, targets, token_counts, scale, *accumulated):
+    def _replica_micro_batch(self, features, targets, token_counts, scale, *accumulated):
         """One micro-batch on this replica: its loss sum, target count, the unscaled
-        gradient of its loss *sum* (float32), and its real tokens, padded tokens and rows
-        (examples: rows with a real token); added to `accumulated` (the same four) when given."""
-        loss_sum, count, gradients = self._forward_backward(features, targets, scale)
+        gradient of its loss *sum* (float32), and its `sizes` (real tokens, padded tokens,
+        rows with a real token); added to `accumulated` (the same four) when given."""
+        loss_sum, count, gradients = self.forward_backward(features, targets, scale)
         gradients = [g * (count / scale) for g in gradients]
         token_counts = tf.cast(token_counts, tf.int64)
         rows = tf.reduce_sum(tf.cast(token_counts[:, 0] > 0, tf.int64), keepdims=True)
-        tokens = tf.concat([tf.reduce_sum(token_counts, axis=0), rows], axis=0)
+        sizes = tf.concat([tf.reduce_sum(token_counts, axis=0), rows], axis=0)
         if not accumulated:
-            return loss_sum, count, gradients, tokens
-        previous_sum, previous_count, previous_gradients, previous_tokens = accumulated
+            return loss_sum, count, gradients, sizes
+        previous_sum, previous_count, previous_gradients, previous_sizes = accumulated
         gradients = [a + g for a, g in zip(previous_gradients, gradients)]
-        return previous_sum + loss_sum, previous_count + count, gradients, previous_tokens + tokens
+        return previous_sum + loss_sum, previous_count + count, gradients, previous_sizes + sizes
 
-    def _reduce_step(self, loss_sum, count, gradients, tokens):
+    def _replica_reduce(self, loss_sum, count, gradients, sizes):
         """The global mean gradient of the step, from every replica's sums."""
         context = tf.distribute.get_replica_context()
         global_loss_sum, global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, count])
@@ -150,9 +151,9 @@ class Trainer:
         norm = tf.linalg.global_norm(gradients)
         if self.clip_norm > 0:
             gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm, use_norm=norm)
-        tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+        sizes = context.all_reduce(tf.distribute.ReduceOp.SUM, sizes)
         loss = global_loss_sum / tf.maximum(global_count, 1.0)
-        return loss, variable_finite, norm, tokens, gradients
+        return loss, variable_finite, norm, sizes, gradients
 
     def _predict_impl(self, features):
         return self.model(features, training=False)
@@ -163,34 +164,35 @@ class Trainer:
         # clones it around *all* the replicas' calls, so one XLA cluster placed on the
         # first device reads the other replicas' variables ("Trying to access resource
         # .../replica_1 located in device CPU:1 from device CPU:0"). Called from here,
-        # each replica runs its own compiled call on its own device, like `_micro_step`.
+        # each replica runs its own compiled call on its own device, like `_replica_micro_batch`.
         return self._predict_step(features)
 
     # === Cross-replica context ===
 
-    def _apply(self, gradients):
+    def apply_gradients(self, gradients):
+        """The optimizer's update and the weight average's (cross-replica context)."""
         self.optimizer.apply(gradients, self.variables)
         if self.weight_average is not None:
             self.weight_average.update()
 
-    def _one_step(self, batches):
-        """Runs and (if finite) applies one step on its `accumulation_steps` micro-batches;
+    def _update(self, batches):
+        """Runs one step on its `accumulation_steps` micro-batches and applies it if finite;
         returns its numbers and why to stop."""
-        scale = self._current_scale()
+        scale = self.current_scale()
         accumulated = ()
         for features, targets, token_counts in batches:  # unrolled: K is small, and each call is the same function
             accumulated = self.strategy.run(
-                self._micro_step, args=(features, targets, token_counts, scale, *accumulated)
+                self._replica_micro_batch, args=(features, targets, token_counts, scale, *accumulated)
             )
-        results = self.strategy.run(self._reduce_step, args=accumulated)
+        results = self.strategy.run(self._replica_reduce, args=accumulated)
         # After the all-reduces every replica holds the same values: read the first.
         local = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
-        loss, variable_finite, norm, tokens = (local(v) for v in results[:4])
+        loss, variable_finite, norm, sizes = (local(v) for v in results[:4])
         gradients = [local(g) for g in results[4]]
         loss_finite = tf.math.is_finite(loss)
         grads_finite = tf.reduce_all(variable_finite)
         applied = tf.logical_and(loss_finite, grads_finite)
-        tf.cond(applied, lambda: self._apply(gradients), lambda: None)
+        tf.cond(applied, lambda: self.apply_gradients(gradients), lambda: None)
         at_floor = (
             self.loss_scale.update(loss_finite, grads_finite) if self.loss_scale is not None else tf.constant(False)
         )
@@ -204,7 +206,7 @@ class Trainer:
             stop = tf.where(tf.logical_and(nonfinite, stop == RUNNING), NONFINITE_LOSS, stop)
         self.step.assign_add(1)
         step = {"loss": loss, "applied": applied, "grads_finite": grads_finite, "nonfinite": nonfinite}
-        return step, variable_finite, norm, tokens, scale, stop
+        return step, variable_finite, norm, sizes, scale, stop
 
     def _train_loop_impl(self, iterator, num_steps):
         totals = {
@@ -225,15 +227,15 @@ class Trainer:
         done = tf.constant(0, tf.int64)
         while done < num_steps and totals["stop"] == RUNNING:
             batches = [next(iterator) for _ in range(self.accumulation_steps)]
-            totals = self._step(totals, batches)
+            totals = self._step_fn(totals, batches)
             done += 1
         return totals
 
-    def _step_impl(self, totals, batches):
+    def _step_into_totals(self, totals, batches):
         """One step on its pulled micro-batches, added to the call's totals: under XLA as
         one cluster when `fused`, else in the loop's graph."""
-        step, variable_finite, norm, tokens, scale, stop = self._one_step(batches)
-        return _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, self.step.read_value())
+        step, variable_finite, norm, sizes, scale, stop = self._update(batches)
+        return _add_to_totals(totals, step, variable_finite, norm, sizes, scale, stop, self.step.read_value())
 
     def _predict_loop_impl(self, features):
         result = self.strategy.run(self._predict_replica, args=(features,))
@@ -258,7 +260,8 @@ class Trainer:
         return outputs
 
 
-def _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, step_number):
+def _add_to_totals(totals, step, variable_finite, norm, sizes, scale, stop, step_number):
+    """The call's totals with one more step; `sizes` is (real tokens, padded tokens, rows)."""
     overflow = tf.logical_not(step["grads_finite"])
     first_overflow = tf.logical_and(overflow, totals["overflow_step"] < 0)
     return {
@@ -266,8 +269,8 @@ def _accumulate(totals, step, variable_finite, norm, tokens, scale, stop, step_n
         "applied_steps": totals["applied_steps"] + tf.cast(step["applied"], tf.int64),
         "overflow_steps": totals["overflow_steps"] + tf.cast(overflow, tf.int64),
         "nonfinite_steps": totals["nonfinite_steps"] + tf.cast(step["nonfinite"], tf.int64),
-        "tokens": totals["tokens"] + tokens[:2],
-        "examples": totals["examples"] + tokens[2],
+        "tokens": totals["tokens"] + sizes[:2],
+        "examples": totals["examples"] + sizes[2],
         "grad_norm": tf.where(step["applied"], norm, totals["grad_norm"]),
         "stop": stop,
         "overflow_step": tf.where(first_overflow, step_number, totals["overflow_step"]),

@@ -1,10 +1,28 @@
-"""Tasks: each builds data, model, loss, metrics and prediction from the config.
+"""Tasks: each builds data, model, loss, metrics and prediction from the config (the
+contract: `tasks/base.py`).
 
-A plain dict maps the config's `task` name to its class.
+    task = create_task(config, run_dir)        # the config's task, learning into run_dir
+    task = prepared_in_scratch(config)         # its training split prepared; nothing kept on disk
 """
+
+import tempfile
 
 from amptrain.tasks.classification import ClassificationTask
 from amptrain.tasks.ner import NerTask
 from amptrain.tasks.translation import TranslationTask
 
 TASKS = {"classification": ClassificationTask, "ner": NerTask, "translation": TranslationTask}
+
+
+def create_task(config, run_dir):
+    """The task `config.task` names, saving what it learns into `run_dir`."""
+    return TASKS[config.task](config, run_dir)
+
+
+def prepared_in_scratch(config, split_names=("train",)):
+    """The config's task with `split_names` prepared in a throw-away folder (removed on
+    return): the audit and the benchmarks need its data and model, not a run folder."""
+    with tempfile.TemporaryDirectory(prefix="amptrain-scratch-") as scratch:
+        task = create_task(config, scratch)
+        task.prepare(split_names)
+    return task

@@ -2,9 +2,9 @@
 
     task = TranslationTask(config, run_dir)
     task.prepare()                                   # read, learn the vocabularies, encode
-    model = task.build_model(dtype="mixed_bfloat16")
+    model, policy, reason = task.create_model()
     dataset = task.train_dataset(start_step=0)       # the engine pulls from this
-    task.predict_texts(None, ["In the beginning was the Word"])   # beam search, after training
+    task.predict_texts(["In the beginning was the Word"], model, predict)   # beam search, after training
 
 Pieces: WordPiece, cased (BLEU is case-sensitive), one vocabulary for both sides by
 default (`data.shared_vocabulary`; else `vocab-source.txt` and `vocab-target.txt`), saved
@@ -37,7 +37,9 @@ from amptrain.data.batching import round_up
 from amptrain.data.parallel import read_parallel
 from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
 from amptrain.errors import UserError
-from amptrain.tasks.common import VOCABULARY_FILE, TextTask, token_counts
+from amptrain.metrics.bleu import corpus_scores
+from amptrain.tasks.base import Split
+from amptrain.tasks.text import VOCABULARY_FILE, TextTask, token_counts
 
 logger = logging.getLogger("amptrain")
 
@@ -50,20 +52,15 @@ _JOIN_AFTER = set("([{«“¿¡")
 _JOIN_BOTH = set("'-")
 
 
-class Split:
-    """One split's pairs, encoded: source pieces, and target pieces between the marks."""
-
-    def __init__(self, name, path, pairs, source_ids, target_ids, max_length, start_id, end_id):
-        self.name, self.path, self.pairs = name, path, pairs
-        self.source_ids = [ids[:max_length] for ids in source_ids]
-        self.target_ids = [
-            np.concatenate([[start_id], ids[: max_length - 2], [end_id]]).astype(np.int32) for ids in target_ids
-        ]
-        self.truncated = int(
-            sum(len(s) > max_length or len(t) > max_length - 2 for s, t in zip(source_ids, target_ids))
-        )
-        # The decoder reads and writes one piece fewer than the marked target.
-        self.lengths = np.array([max(len(s), len(t) - 1) for s, t in zip(self.source_ids, self.target_ids)])
+def pair_split(name, path, pairs, source_ids, target_ids, max_length, start_id, end_id):
+    """A split of pairs: `source_ids` (cut to `max_length`) and `target_ids` (start mark,
+    pieces, end mark: `max_length` in all). A pair's length is its longer side's as the
+    model sees it (the decoder reads and writes one piece fewer than the marked target)."""
+    sources = [ids[:max_length] for ids in source_ids]
+    targets = [np.concatenate([[start_id], ids[: max_length - 2], [end_id]]).astype(np.int32) for ids in target_ids]
+    truncated = int(sum(len(s) > max_length or len(t) > max_length - 2 for s, t in zip(source_ids, target_ids)))
+    lengths = np.array([max(len(s), len(t) - 1) for s, t in zip(sources, targets)])
+    return Split(name, path, pairs, {"source_ids": sources, "target_ids": targets}, lengths, truncated)
 
 
 class TranslationTask(TextTask):
@@ -74,8 +71,7 @@ class TranslationTask(TextTask):
 
     def __init__(self, config, run_dir):
         super().__init__(config, run_dir)
-        self.model = None
-        self._searches = {}
+        self._searches = {}  # (model, beam size) -> its compiled search
 
     # === Data ===
 
@@ -86,20 +82,18 @@ class TranslationTask(TextTask):
         paths = {"train": (d.train, d.train_target), "dev": (d.dev, d.dev_target), "test": (d.test, d.test_target)}
         pairs = {name: read_parallel(*paths[name]) for name in wanted}
         self._make_tokenizers(pairs.get("train"))
-        for name in (n for n in split_names if n in pairs):
-            self.splits[name] = self._encode(name, paths[name][0], pairs[name])
-        present = [name for name in split_names if name in self.splits]
-        if not present:
+        first = self._add_splits(
+            {name: self._encode(name, paths[name][0], pairs[name]) for name in split_names if name in pairs}
+        )
+        if first is None:
             return
-        first = self.splits[present[0]]
-        self.boundaries = self._boundaries(first.lengths)
         sizes = (
             f"vocabulary {self.source_tokenizer.size} shared"
             if d.shared_vocabulary
             else f"vocabularies {self.source_tokenizer.size} source, {self.target_tokenizer.size} target"
         )
         logger.info(
-            f"data: {len(first.pairs)} {first.name} pairs, {sizes}, {first.truncated} cut to {d.max_length} pieces, "
+            f"data: {len(first)} {first.name} pairs, {sizes}, {first.truncated} cut to {d.max_length} pieces, "
             f"bucket lengths {self.boundaries}"
             + (
                 f", batches of {d.tokens_per_batch} padded tokens ({self.batch_rows()} rows a bucket)"
@@ -140,7 +134,7 @@ class TranslationTask(TextTask):
         )
 
     def _encode(self, name, path, pairs):
-        return Split(
+        return pair_split(
             name,
             path,
             pairs,
@@ -159,9 +153,8 @@ class TranslationTask(TextTask):
     def end_id(self):
         return self.target_tokenizer.token_id(END)
 
-    @staticmethod
-    def _batch_builder(split):
-        source_ids, target_ids = split.source_ids, split.target_ids
+    def batch_builder(self, split):
+        source_ids, target_ids = split.encoded["source_ids"], split.encoded["target_ids"]
 
         def build(indices, length):
             batch = len(indices)
@@ -187,8 +180,7 @@ class TranslationTask(TextTask):
 
         return build
 
-    @staticmethod
-    def signature():
+    def signature(self):
         import tensorflow as tf
 
         ids, mask = tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.bool)
@@ -204,7 +196,7 @@ class TranslationTask(TextTask):
         from amptrain.models.translator import Translator
 
         d = self.config.data
-        self.model = Translator(
+        return Translator(
             self.source_tokenizer.size,
             self.target_tokenizer.size,
             round_up(d.max_length),
@@ -212,28 +204,25 @@ class TranslationTask(TextTask):
             dtype,
             shared_embedding=d.shared_vocabulary,
         ).build_all()
-        self._searches = {}
-        return self.model
 
-    @property
-    def loss_fn(self):
-        smoothing = self.config.train.label_smoothing
+    def loss(self, targets, logits):
+        """Label-smoothed cross-entropy (`train.label_smoothing`) over the real target pieces,
+        summed, and their count."""
+        from amptrain.models.losses import smoothed_cross_entropy
 
-        def loss_fn(targets, logits):
-            return smoothed_cross_entropy(targets["labels"], logits, targets["weights"], smoothing)
-
-        return loss_fn
+        return smoothed_cross_entropy(targets["labels"], logits, targets["weights"], self.config.train.label_smoothing)
 
     # === Decoding, evaluation and prediction ===
 
-    def _search(self, beam_size):
+    def _search(self, model, beam_size):
         from amptrain.models.decoding import Search
 
-        if beam_size not in self._searches:
+        key = (id(model), beam_size)
+        if key not in self._searches:
             c = self.config.decode
-            max_length = min(c.max_length or self.config.data.max_length, self.model.max_length)
-            self._searches[beam_size] = Search(
-                self.model,
+            max_length = min(c.max_length or self.config.data.max_length, model.max_length)
+            self._searches[key] = Search(
+                model,
                 max_length,
                 self.start_id,
                 self.end_id,
@@ -242,9 +231,9 @@ class TranslationTask(TextTask):
                 jit_compile=self.config.runtime.jit_compile,
                 banned_ids=(PAD_ID, self.start_id),
             )
-        return self._searches[beam_size]
+        return self._searches[key]
 
-    def translate_ids(self, source_ids, beam_size):
+    def translate_ids(self, model, source_ids, beam_size):
         """Output pieces (without the marks) of each source, in order.
 
         Sentences are decoded `decode.batch_size` at a time, grouped by their length
@@ -253,7 +242,7 @@ class TranslationTask(TextTask):
         which split or text is decoded: a sentence translates the same in the run's
         evaluation, in `eval` and in `predict` (in half precision the padded shape can tip
         a close choice between two pieces)."""
-        search = self._search(beam_size)
+        search = self._search(model, beam_size)
         size = self.config.decode.batch_size
         top = round_up(self.config.data.max_length)
         padded = np.array([min(round_up(max(len(ids), 1), 16), top) for ids in source_ids], np.int64)
@@ -274,30 +263,30 @@ class TranslationTask(TextTask):
                     outputs[index] = _until_end(pieces[row], self.end_id)
         return outputs
 
-    def translate(self, source_ids, beam_size):
-        return [self.detokenize(ids) for ids in self.translate_ids(source_ids, beam_size)]
+    def translate(self, model, source_ids, beam_size):
+        return [self.detokenize(ids) for ids in self.translate_ids(model, source_ids, beam_size)]
 
     def detokenize(self, ids):
         return detokenize([self.target_tokenizer.vocabulary[i] for i in ids])
 
-    def evaluate(self, split_name, predict, predictions_path=None):
-        """BLEU and chrF of the model's output. Between training steps (`during_fit`, no
-        predictions path): greedy, on the first `decode.dev_sentences` pairs. Else every pair,
+    def evaluate(self, split_name, model, predict, predictions_path=None, quick=False):
+        """BLEU and chrF of the model's output, decoded with `model` (not the teacher-forced
+        `predict`). `quick` (between training steps): greedy, on the first
+        `decode.dev_sentences` pairs. Else every pair,
         beam search (`bleu`, `chrf`) and greedy (`bleu_greedy`, `chrf_greedy`), the beam output
         written to the predictions file when a path is given."""
         import time
 
         split = self.splits[split_name]
-        count = len(split.pairs)
-        quick = self.during_fit and predictions_path is None  # an evaluation between training steps
+        count = len(split)
         if quick and self.config.decode.dev_sentences:
             count = min(count, self.config.decode.dev_sentences)
-        sources, references = split.source_ids[:count], [p.target for p in split.pairs[:count]]
+        sources, references = split.encoded["source_ids"][:count], [p.target for p in split.examples[:count]]
         metrics = {}
         beams = [1] if quick else [self.config.decode.beam_size, 1]
         for beam_size in dict.fromkeys(beams):
             started = time.time()
-            hypotheses = self.translate(sources, beam_size)
+            hypotheses = self.translate(model, sources, beam_size)
             elapsed = time.time() - started
             scores = corpus_scores(hypotheses, references)
             suffix = "" if beam_size == beams[0] else "_greedy"
@@ -309,7 +298,7 @@ class TranslationTask(TextTask):
                 }
             )
             if beam_size == beams[0] and predictions_path is not None:
-                write_predictions(predictions_path + self.predictions_suffix, split.pairs, hypotheses)
+                write_predictions(predictions_path + self.predictions_suffix, split.examples, hypotheses)
         if not quick and len(set(beams)) == 1:  # beam_size 1: greedy is the beam output
             metrics.update({"bleu_greedy": metrics["bleu"], "chrf_greedy": metrics["chrf"]})
         metrics.update({"sentences": count, "beam_size": beams[0]})
@@ -317,9 +306,9 @@ class TranslationTask(TextTask):
 
     def add_split(self, name, path):
         """Reads and encodes another parallel file (`amptrain eval --data`)."""
-        self.splits[name] = self._encode(name, path, read_parallel(path))
+        self._add_own_split(self._encode(name, path, read_parallel(path)))
 
-    def predict_texts(self, predict, texts):
+    def predict_texts(self, texts, model, predict):
         """The beam-search translation of each text (a blank text translates to "")."""
         texts = list(texts)
         present = [i for i, t in enumerate(texts) if t.strip()]
@@ -327,21 +316,11 @@ class TranslationTask(TextTask):
             ids[: self.config.data.max_length] for ids in self.source_tokenizer.encode([texts[i] for i in present])
         ]
         translations = [""] * len(texts)
-        for i, translation in zip(present, self.translate(sources, self.config.decode.beam_size) if present else []):
+        for i, translation in zip(
+            present, self.translate(model, sources, self.config.decode.beam_size) if present else []
+        ):
             translations[i] = translation
         return [{"text": text, "translation": translation} for text, translation in zip(texts, translations)]
-
-
-def smoothed_cross_entropy(labels, logits, weights, smoothing=0.0):
-    """(sum over real targets of the label-smoothed cross-entropy, sum of weights), float32."""
-    import tensorflow as tf
-
-    log_probabilities = tf.nn.log_softmax(tf.cast(logits, tf.float32))
-    gold = -tf.reduce_sum(tf.one_hot(labels, tf.shape(logits)[-1], dtype=tf.float32) * log_probabilities, axis=-1)
-    losses = (
-        gold if not smoothing else (1.0 - smoothing) * gold - smoothing * tf.reduce_mean(log_probabilities, axis=-1)
-    )
-    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 
 
 def _until_end(pieces, end_id):
@@ -363,16 +342,6 @@ def detokenize(pieces):
         text += piece if joins else " " + piece
         join_next = piece in _JOIN_AFTER or piece in _JOIN_BOTH
     return text
-
-
-def corpus_scores(hypotheses, references):
-    """sacrebleu's corpus BLEU (13a tokenisation) and chrF, on its 0-100 scale."""
-    import sacrebleu
-
-    return {
-        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references]).score),
-        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
-    }
 
 
 def write_predictions(path, pairs, hypotheses):

@@ -3,14 +3,13 @@ vocabulary, the batch plan and the `tf.data` stream that serves it.
 
     class MyTask(TextTask):
         default_lowercase = False
-        def _batch_builder(self, split): ...   # (indices, length) -> (features, targets, token_counts)
+        def batch_builder(self, split): ...   # (indices, length) -> (features, targets, token_counts)
 
     task.train_dataset(start_step=120)          # the engine pulls from this
     for indices, outputs in task.outputs(predict, split): ...   # every example once, in file order
-
-A split is any object with `lengths` (pieces per example, as the model sees them).
 """
 
+import abc
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ import numpy as np
 
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
 from amptrain.data.vocabulary import load_vocabulary, save_vocabulary, train_vocabulary
+from amptrain.tasks.base import Task
 
 logger = logging.getLogger("amptrain")
 
@@ -26,19 +26,14 @@ VOCABULARY_FILE = "vocab.txt"
 LABELS_FILE = "labels.json"
 
 
-class TextTask:
-    primary_metric = None
+class TextTask(Task):
     default_lowercase = True  # `data.lowercase` when the config leaves it out
-    predictions_suffix = ".jsonl"  # of `predictions-test`, which `evaluate` writes
-    keeps_blank_lines = False  # `predict --input`: blank lines are skipped (translation keeps them)
 
     def __init__(self, config, run_dir):
-        self.config = config
-        self.run_dir = run_dir
+        super().__init__(config, run_dir)
         self.labels = None
         self.tokenizer = None
-        self.splits = {}
-        self.during_fit = False  # set by `api.fit`: evaluations between training steps may be quicker
+        self.boundaries = None  # the training split's bucket lengths (the first prepared split's)
 
     @property
     def lowercase(self):
@@ -90,9 +85,27 @@ class TextTask:
         save_vocabulary(vocabulary, saved)
         return vocabulary
 
+    def _add_splits(self, splits):
+        """Keeps `splits` (name -> Split); they all take the first one's bucket lengths, which
+        become the task's (`boundaries`). Returns the first, or None."""
+        if not splits:
+            return None
+        first = next(iter(splits.values()))
+        self.boundaries = self.bucket_lengths(first.lengths)
+        for name, split in splits.items():
+            split.boundaries = self.boundaries
+            self.splits[name] = split
+        return first
+
+    def _add_own_split(self, split):
+        """Keeps a split read after `prepare` (`add_split`), padded to buckets of its own lengths."""
+        split.boundaries = self.bucket_lengths(split.lengths)
+        self.splits[split.name] = split
+
     # === Batches ===
 
-    def _boundaries(self, lengths):
+    def bucket_lengths(self, lengths):
+        """The padded lengths of batches of examples of `lengths` (`data.bucketing`)."""
         d = self.config.data
         return (
             bucket_boundaries(lengths, d.max_length, d.num_buckets, self.config.train.batch_size)
@@ -100,33 +113,44 @@ class TextTask:
             else [round_up(d.max_length)]
         )
 
-    def batch_rows(self):
+    def batch_rows(self, boundaries=None):
         """Rows a batch: train.batch_size, or each bucket's under data.tokens_per_batch."""
         tokens = self.config.data.tokens_per_batch
-        return rows_for_tokens(self.boundaries, tokens) if tokens else self.config.train.batch_size
+        boundaries = self.boundaries if boundaries is None else boundaries
+        return rows_for_tokens(boundaries, tokens) if tokens else self.config.train.batch_size
 
-    def _plan(self, split, shuffle):
-        return BatchPlan(split.lengths, self.batch_rows(), self.boundaries, self.config.runtime.seed, shuffle)
+    def train_buckets(self):
+        rows = self.batch_rows()
+        rows = rows if isinstance(rows, list) else [rows] * len(self.boundaries)
+        return list(zip(self.boundaries, rows))
 
-    def _dataset(self, split, plan, start_step=0, num_steps=None):
+    def plan(self, split, shuffle):
+        """The split's batch plan: shuffled (training) or in file order."""
+        rows = self.batch_rows(split.boundaries)
+        return BatchPlan(split.lengths, rows, split.boundaries, self.config.runtime.seed, shuffle)
+
+    @abc.abstractmethod
+    def batch_builder(self, split):
+        """(indices, padded length) -> one batch of `split`: (features, targets, token_counts)."""
+
+    def dataset(self, split, plan, start_step=0, num_steps=None):
         from amptrain.data.pipeline import plan_dataset
 
-        return plan_dataset(plan, self._batch_builder(split), self.signature(), start_step, num_steps)
+        return plan_dataset(plan, self.batch_builder(split), self.signature(), start_step, num_steps)
 
     @property
     def steps_per_epoch(self):
-        return self._plan(self.splits["train"], shuffle=True).steps_per_epoch
+        return self.plan(self.splits["train"], shuffle=True).steps_per_epoch
 
     def train_dataset(self, start_step):
-        """The endless training stream from `start_step` on (resume is a start step)."""
         train = self.splits["train"]
-        return self._dataset(train, self._plan(train, shuffle=True), start_step)
+        return self.dataset(train, self.plan(train, shuffle=True), start_step)
 
     def outputs(self, predict, split):
         """(indices, outputs) of each batch of one unshuffled pass over `split`; index -1 is
         a padding row. Every example is in exactly one batch."""
-        plan = self._plan(split, shuffle=False)
-        outputs = predict(self._dataset(split, plan, 0, plan.steps_per_epoch))
+        plan = self.plan(split, shuffle=False)
+        outputs = predict(self.dataset(split, plan, 0, plan.steps_per_epoch))
         return [(indices, output) for (indices, _), output in zip(plan.epoch(0), outputs)]
 
 
@@ -134,29 +158,6 @@ def token_counts(padding_mask):
     """(batch, 2): real and padded tokens of each row, the engine's tokens/s."""
     batch, length = padding_mask.shape
     return np.stack([padding_mask.sum(axis=1), np.full(batch, length)], axis=1).astype(np.int32)
-
-
-def sparse_cross_entropy(labels, logits):
-    """-log softmax(logits)[label], for labels of any shape, in float32.
-
-    Not `tf.nn.sparse_softmax_cross_entropy_with_logits`: once a process has turned op
-    determinism on (`runtime.deterministic`), TensorFlow swaps in a version that holds a
-    NaN constant (the answer for an out-of-range label), and check-numerics mode stops on
-    that constant in every healthy run."""
-    import tensorflow as tf
-
-    # float32: the logits are float32 already; log_softmax's log-sum-exp stays there.
-    log_probabilities = tf.nn.log_softmax(logits)
-    return -tf.reduce_sum(tf.one_hot(labels, tf.shape(logits)[-1], dtype=logits.dtype) * log_probabilities, axis=-1)
-
-
-def weighted_cross_entropy(targets, logits):
-    """(sum of weighted cross-entropies, sum of weights) over `labels` of any shape."""
-    import tensorflow as tf
-
-    losses = sparse_cross_entropy(targets["labels"], logits)
-    weights = targets["weights"]
-    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
 
 
 def batch_signature(target_shape):

@@ -151,3 +151,35 @@ def format_duration(seconds):
         if seconds >= 3600
         else f"{seconds // 60}:{seconds % 60:02d}"
     )
+
+
+class Window:
+    """Totals of the steps since the last `train` record."""
+
+    def __init__(self):
+        self.started = time.time()
+        self.loss_total = 0.0
+        self.applied_steps = 0
+        self.overflow_steps = 0
+        self.steps = 0
+        self.tokens = [0, 0]
+        self.grad_norm = None
+        self.last_loss = float("nan")
+
+    def add(self, totals, n):
+        self.loss_total += float(totals["loss_total"])
+        self.applied_steps += int(totals["applied_steps"])
+        self.overflow_steps += int(totals["overflow_steps"])
+        self.steps += n
+        self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
+        if int(totals["applied_steps"]):
+            self.grad_norm = float(totals["grad_norm"])
+        self.last_loss = self.mean_loss()
+
+    def mean_loss(self):
+        """The mean loss of the applied steps (NaN when every step was skipped)."""
+        return self.loss_total / self.applied_steps if self.applied_steps else float("nan")
+
+    def tokens_per_second(self, padded=False):
+        elapsed = max(time.time() - self.started, 1e-9)
+        return self.tokens[1 if padded else 0] / elapsed
