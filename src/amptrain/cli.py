@@ -41,17 +41,26 @@ def main(argv=None):
 def _parser():
     parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    for add in (_add_fit, _add_eval, _add_predict, _add_audit, _add_launch, _add_bench):
+        add(commands)
+    return parser
 
+
+def _add_fit(commands):
     fit = commands.add_parser("fit", help="train (or resume) a run, then score its test split")
     _add_run_options(fit)
     fit.set_defaults(run=_fit)
 
+
+def _add_eval(commands):
     evaluate = commands.add_parser("eval", help="score a split with a run's best checkpoint")
     evaluate.add_argument("run_dir")
     evaluate.add_argument("--split", default="test", choices=("dev", "test"))
     evaluate.add_argument("--data", help="score this labelled file instead of a split of the config")
     evaluate.set_defaults(run=_eval)
 
+
+def _add_predict(commands):
     predict = commands.add_parser(
         "predict",
         help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
@@ -68,6 +77,8 @@ def _parser():
     )
     predict.set_defaults(run=_predict)
 
+
+def _add_audit(commands):
     audit = commands.add_parser(
         "audit",
         help="print each layer's compute and variable dtype, the float32 islands and the precision risks",
@@ -87,6 +98,8 @@ def _parser():
     audit.add_argument("--json", action="store_true", help="print the report as one JSON object")
     audit.set_defaults(run=_audit)
 
+
+def _add_launch(commands):
     launch = commands.add_parser(
         "launch",
         help="a multi-worker run on this machine: N `fit` processes over localhost (worker 0 writes the run folder)",
@@ -95,6 +108,8 @@ def _parser():
     _add_run_options(launch)  # the same as fit's: each worker runs `fit` with them
     launch.set_defaults(run=_launch)
 
+
+def _add_bench(commands):
     bench = commands.add_parser(
         "bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups"
     )
@@ -127,7 +142,6 @@ def _parser():
     )
     bench.add_argument("--memory-limit", help="for --max-batch on a CPU: the peak resident memory allowed, e.g. 8GiB")
     bench.set_defaults(run=_bench)
-    return parser
 
 
 def _add_run_options(command):

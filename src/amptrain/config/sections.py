@@ -1,0 +1,161 @@
+"""The configuration tree: one frozen dataclass a section, their defaults, the values some
+keys allow, and the groups of keys that other modules treat alike."""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+TASK_NAMES = ("classification", "ner", "translation")
+# The file formats each task reads ("auto": from the file's extension).
+TASK_FORMATS = {
+    "classification": ("auto", "csv", "tsv", "jsonl"),
+    "ner": ("auto", "conll"),
+    # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
+    # (target), aligned line by line; auto: parallel when data.train_target is set
+    "translation": ("auto", "tsv", "parallel"),
+}
+LOSS_SCALES = ("auto", "dynamic", "none")
+ON_NONFINITE = ("stop", "skip", "restore")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    format: str = "auto"  # csv | tsv | jsonl (classification), conll (ner), tsv | parallel (translation) | auto
+    # translation from two aligned files: the target side of each split (data.train is then the source)
+    train_target: str = ""
+    dev_target: str = ""
+    test_target: str = ""
+    text_column: str = "text"
+    label_column: str = "label"
+    vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
+    vocabulary_size: int = 8000
+    lowercase: bool | None = None  # None: the task's default (classification lowercases, ner and translation keep case)
+    shared_vocabulary: bool = True  # translation: one vocabulary for both sides (else one a side)
+    max_length: int = 128  # pieces a side (translation: the target's start and end pieces included)
+    bucketing: bool = True
+    num_buckets: int = 6
+    # > 0: batches of as many rows as fit this many padded tokens (rows x padded length;
+    # translation: of the longer side), a multiple of 8 rows, instead of train.batch_size rows
+    tokens_per_batch: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int = 2
+    hidden_dim: int = 64
+    num_heads: int = 4
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+    num_decoder_layers: int = 0  # translation: 0 means model.num_layers
+    tie_embeddings: bool = True  # translation: the output projection is the target embedding
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Translation: how the model writes its output."""
+
+    beam_size: int = 4  # the test split and `predict`; dev evaluation during training is greedy
+    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + length) / 6) ** alpha
+    max_length: int = 0  # output pieces at most; 0 means data.max_length
+    dev_sentences: int = 200  # dev pairs decoded (greedy) at each evaluation; 0: all
+    batch_size: int = 64  # sentences decoded at once
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    policy: str = "auto"
+    # "auto": dynamic under mixed_float16, none otherwise; "dynamic"; "none"; or a number (fixed)
+    loss_scale: str | float = "auto"
+    initial_scale: float = 2.0**15
+    growth_interval: int = 2000  # finite steps in a row before the scale grows
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    hysteresis: int = 1  # overflowing steps in a row before the scale backs off
+    min_scale: float = 1.0  # backing off never goes below; an overflow here stops the run
+    max_scale: float = 2.0**24  # growing never goes above (an initial or fixed scale may)
+    max_consecutive_skips: int = 50  # skipped steps in a row that stop the run
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    # auto: multi_worker when TF_CONFIG names a cluster, tpu when a TPU is named or
+    # attached, mirrored over several GPUs (or runtime.cpu_replicas), else one_device
+    strategy: str = "auto"
+    devices: str = ""  # comma-separated, e.g. "/gpu:0,/gpu:1"; empty: every GPU (else the CPU)
+    cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
+    tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
+    collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
+    jit_compile: bool = False
+    steps_per_execution: int = 1
+    seed: int = 0
+    deterministic: bool = False
+    check_numerics: bool = False  # tf.debugging.enable_check_numerics; turns XLA off
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int | None = None  # when given, wins over epochs
+    epochs: int = 3
+    batch_size: int = 32
+    optimizer: str = "adamw"  # adam | adamw
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    decay: str = "cosine"  # cosine | linear | constant
+    clip_norm: float = 1.0  # 0 turns clipping off
+    outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)
+    label_smoothing: float = 0.0  # translation: the probability spread evenly over the vocabulary
+    log_every: int = 25
+    eval_every: int = 0  # 0: once an epoch
+    checkpoint_every: int = 100
+    max_to_keep: int = 3
+    patience: int = 0  # evaluations without improvement before stopping; 0: never
+    on_nonfinite: str = "stop"  # a non-finite loss: stop | skip | restore (the last good checkpoint)
+    restore_lr_factor: float = 0.5  # learning rate multiplier after each restore
+    max_restores: int = 3
+    accumulation_steps: int = 1  # micro-batches of batch_size a step; one update per step
+    # > 0: keep an exponential moving average of the weights with this decay; dev and test
+    # evaluations (and the best checkpoint) use it. 0: off
+    ema_decay: float = 0.0
+
+    def total_steps(self, steps_per_epoch):
+        """`steps` when given, else `epochs` passes over the data."""
+        return self.steps if self.steps is not None else self.epochs * steps_per_epoch
+
+
+@dataclass(frozen=True)
+class Config:
+    task: str = "classification"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "task"}
+# Keys that only say how long to train: a rerun may change them and still resume.
+RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
+# Keys that only say where a run trains: the update does not depend on the replica count,
+# so a run may resume on other devices or another number of workers.
+PLACEMENT_KEYS = (
+    "runtime.strategy",
+    "runtime.devices",
+    "runtime.cpu_replicas",
+    "runtime.tpu",
+    "runtime.collective_timeout",
+)
+PATH_KEYS = (
+    "data.train",
+    "data.dev",
+    "data.test",
+    "data.vocabulary",
+    "data.train_target",
+    "data.dev_target",
+    "data.test_target",
+)

@@ -1,0 +1,147 @@
+"""The checks on a built config: impossible values stop the run before any work, with a
+message naming the key, what was expected and what was received."""
+
+import math
+import os
+
+from amptrain.config.sections import (
+    LOSS_SCALES,
+    ON_NONFINITE,
+    PATH_KEYS,
+    POLICIES,
+    STRATEGIES,
+    TASK_FORMATS,
+    TASK_NAMES,
+)
+from amptrain.errors import ConfigError
+
+
+def validate(config):
+    """Refuses impossible values, naming the key, what is expected and what was received."""
+
+    def require(ok, key, expected, value):
+        if not ok:
+            raise ConfigError(f"{key}: expected {expected}, received {value!r}")
+
+    d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
+    require(config.task in TASK_NAMES, "task", f"one of {TASK_NAMES}", config.task)
+    require(bool(d.train), "data.train", "the path of a training file", d.train)
+    for key in PATH_KEYS:
+        path = getattr(d, key.split(".")[1])
+        require(not path or os.path.isfile(path), key, "an existing file", path)
+    formats = TASK_FORMATS[config.task]
+    require(d.format in formats, "data.format", f"one of {formats} for task {config.task!r}", d.format)
+    require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
+    require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
+    require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
+    require(
+        d.tokens_per_batch >= 0,
+        "data.tokens_per_batch",
+        "an integer >= 0 (0: train.batch_size rows)",
+        d.tokens_per_batch,
+    )
+    require(
+        d.tokens_per_batch == 0 or d.tokens_per_batch >= round_up8(d.max_length),
+        "data.tokens_per_batch",
+        f"0 or at least data.max_length rounded up to a multiple of 8 ({round_up8(d.max_length)}), "
+        "so the longest batch holds a row",
+        d.tokens_per_batch,
+    )
+    for split in ("train", "dev", "test"):
+        target = getattr(d, f"{split}_target")
+        if config.task != "translation":
+            require(
+                not target, f"data.{split}_target", 'nothing (only task = "translation" reads target files)', target
+            )
+        elif d.format == "parallel" or target:
+            source = getattr(d, split)
+            require(
+                bool(target) == bool(source),
+                f"data.{split}_target",
+                f"the target side of data.{split} ({source or 'not set'})",
+                target,
+            )
+    for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
+        value = getattr(m, key)
+        require(value >= 1, f"model.{key}", "a positive integer", value)
+    require(
+        m.hidden_dim % m.num_heads == 0,
+        "model.num_heads",
+        f"a divisor of model.hidden_dim ({m.hidden_dim})",
+        m.num_heads,
+    )
+    require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
+    require(
+        m.num_decoder_layers >= 0,
+        "model.num_decoder_layers",
+        "an integer >= 0 (0: model.num_layers)",
+        m.num_decoder_layers,
+    )
+    c = config.decode
+    require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
+    require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
+    require(c.max_length >= 0, "decode.max_length", "an integer >= 0 (0: data.max_length)", c.max_length)
+    require(c.dev_sentences >= 0, "decode.dev_sentences", "an integer >= 0 (0: all)", c.dev_sentences)
+    require(c.batch_size >= 1, "decode.batch_size", "an integer >= 1", c.batch_size)
+    require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
+    _validate_loss_scale(p, require)
+    require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
+    require(
+        r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas
+    )
+    require(
+        0 < r.collective_timeout < math.inf,
+        "runtime.collective_timeout",
+        "a finite number of seconds > 0",
+        r.collective_timeout,
+    )
+    require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
+    require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
+    require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)
+    require(t.batch_size >= 1, "train.batch_size", "an integer >= 1", t.batch_size)
+    require(t.optimizer in ("adam", "adamw"), "train.optimizer", "adam or adamw", t.optimizer)
+    require(t.learning_rate > 0, "train.learning_rate", "a number > 0", t.learning_rate)
+    require(t.weight_decay >= 0, "train.weight_decay", "a number >= 0", t.weight_decay)
+    require(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0", t.warmup_steps)
+    require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
+    require(t.clip_norm >= 0, "train.clip_norm", "a number >= 0 (0: no clipping)", t.clip_norm)
+    require(0 < t.outside_weight < math.inf, "train.outside_weight", "a finite number > 0", t.outside_weight)
+    require(0 <= t.label_smoothing < 1, "train.label_smoothing", "a number in [0, 1)", t.label_smoothing)
+    for key in ("log_every", "checkpoint_every", "max_to_keep"):
+        value = getattr(t, key)
+        require(value >= 1, f"train.{key}", "an integer >= 1", value)
+    require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
+    require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
+    require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)
+    require(0 < t.restore_lr_factor <= 1, "train.restore_lr_factor", "a number in (0, 1]", t.restore_lr_factor)
+    require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
+    require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
+    require(0.0 <= t.ema_decay < 1.0, "train.ema_decay", "a number in [0, 1) (0: no weight average)", t.ema_decay)
+
+
+def round_up8(value):
+    return -(-int(value) // 8) * 8
+
+
+def _validate_loss_scale(p, require):
+    """The scaler's settings; NaN fails every comparison, so it is refused too."""
+
+    def finite_positive(value):
+        return 0 < value < math.inf
+
+    scale = p.loss_scale
+    if isinstance(scale, str):
+        require(scale in LOSS_SCALES, "precision.loss_scale", f"{' | '.join(LOSS_SCALES)} or a number > 0", scale)
+    else:
+        require(finite_positive(scale), "precision.loss_scale", "a finite number > 0 (a fixed scale)", scale)
+    require(finite_positive(p.initial_scale), "precision.initial_scale", "a finite number > 0", p.initial_scale)
+    require(p.growth_interval >= 1, "precision.growth_interval", "an integer >= 1", p.growth_interval)
+    require(1 < p.growth_factor < math.inf, "precision.growth_factor", "a finite number > 1", p.growth_factor)
+    require(0 < p.backoff_factor < 1, "precision.backoff_factor", "a number in (0, 1)", p.backoff_factor)
+    require(p.hysteresis >= 1, "precision.hysteresis", "an integer >= 1", p.hysteresis)
+    require(finite_positive(p.min_scale), "precision.min_scale", "a finite number > 0", p.min_scale)
+    require(finite_positive(p.max_scale), "precision.max_scale", "a finite number > 0", p.max_scale)
+    require(
+        p.min_scale <= p.max_scale, "precision.min_scale", f"at most precision.max_scale ({p.max_scale:g})", p.min_scale
+    )
+    require(p.max_consecutive_skips >= 1, "precision.max_consecutive_skips", "an integer >= 1", p.max_consecutive_skips)
