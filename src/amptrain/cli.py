@@ -1,4 +1,4 @@
-"""The `amptrain` command: fit, eval, predict, audit. Thin: the work is in `amptrain.api`.
+"""The `amptrain` command: fit, eval, predict, audit, launch, bench. Thin: the work is in `amptrain.api`.
 
 amptrain fit configs/classify-spam.toml --set train.steps=200
 amptrain eval runs/classify-spam --split test

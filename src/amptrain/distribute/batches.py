@@ -30,7 +30,7 @@ def check_split(config, strategy, task=None):
     if not tokens and task is None:
         check_batch_size(config.train.batch_size, strategy)
     elif tokens and task is not None:
-        check_token_batches(tuple(zip(task.boundaries, task.batch_rows())), tokens, strategy)
+        check_token_batches(task.train_buckets(), tokens, strategy)
 
 
 def check_token_batches(bucket_rows, tokens_per_batch, strategy):

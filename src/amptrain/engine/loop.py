@@ -158,7 +158,7 @@ class _Loop:
         self.lr_factor = lr_factor
         self.spe = config.runtime.steps_per_execution
         t = config.train
-        self.boundaries = (t.log_every, eval_every, t.checkpoint_every)
+        self.intervals = (t.log_every, eval_every, t.checkpoint_every)  # a graph call never crosses one
         self.restores = 0
 
     def run(self, start_step):
@@ -269,7 +269,7 @@ class _Loop:
     def _chunk(self, step):
         """Steps in the next graph call: up to steps_per_execution, never past a boundary."""
         n = min(self.spe, self.steps - step)
-        for every in self.boundaries:
+        for every in self.intervals:
             n = min(n, every - step % every)
         return n
 
