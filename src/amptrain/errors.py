@@ -25,3 +25,8 @@ class NumericsError(Exception):
 class PeerLost(Exception):
     """A worker of a multi-worker run died or hung: the message names it; the chief's last
     checkpoint is kept, and rerunning the same command resumes from it."""
+
+
+class CheckpointError(UserError):
+    """No intact checkpoint where one is needed, or one did not read back after saving:
+    one line naming the folder and what is wrong with each file."""

@@ -13,13 +13,25 @@ they are restored together with the weights they describe.
 A checkpoint is the last good state a NaN policy goes back to, so `save` refuses
 weights that are not all finite (the engine never applies a non-finite step; this is
 the guard that keeps a bug elsewhere from poisoning the checkpoints).
+
+Nothing is trusted unread (`checkpoint_files.py`): a save is read back before it returns,
+and a restore uses the newest checkpoint that reads back whole, warning about each damaged
+newer one, so a crash during a save or a damaged file costs the steps since the previous
+checkpoint, never the run.
 """
 
 import os
 
 import tensorflow as tf
 
-from amptrain.errors import NumericsError
+from amptrain.engine.checkpoint_files import (
+    damage,
+    newest_intact,
+    readable_state,
+    repair_state_file,
+    step_prefixes,
+)
+from amptrain.errors import CheckpointError, NumericsError
 
 
 class Checkpoints:
@@ -49,28 +61,48 @@ class Checkpoints:
             if trackable is not None and name not in tracked:
                 tracked[name] = trackable
         self.checkpoint = tf.train.Checkpoint(**tracked)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt"
-        )
-        self.best_manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(directory, "best"), max_to_keep=1, checkpoint_name="ckpt"
-        )
+        self.max_to_keep = max_to_keep
+        self.manager = self._manager(directory, max_to_keep)
+        self.best_manager = self._manager(os.path.join(directory, "best"), 1)
+
+    def _manager(self, directory, max_to_keep, listed=None):
+        """TensorFlow's manager of `directory`, whose state file first lists `listed` (by
+        default: the checkpoints on disk with an index, when the state file cannot be read)."""
+        if listed is not None or not readable_state(directory):
+            if listed is None:
+                listed = [p for p in reversed(step_prefixes(directory)) if os.path.exists(p + ".index")]
+            repair_state_file(directory, listed)
+        return tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
 
     def restore_latest(self):
-        """Restores the newest checkpoint, if any; returns its step (0 when none)."""
+        """Restores the newest intact checkpoint, if any; returns its step (0 when none)."""
         path = self.latest_path()
         if path is None:
             return 0
         self.checkpoint.restore(path).assert_existing_objects_matched()
+        if self.directory == self.source:
+            # Damaged newer checkpoints leave the state file; the next saves replace their files.
+            step = int(self.step.numpy())
+            kept = [p for p in reversed(step_prefixes(self.directory)) if _step_of(p) <= step]
+            self.manager = self._manager(
+                self.directory, self.max_to_keep, [p for p in kept if os.path.exists(p + ".index")]
+            )
         return int(self.step.numpy())
 
     def latest_path(self):
-        """The newest checkpoint where restores read from (None when there is none)."""
-        return tf.train.latest_checkpoint(self.source)
+        """The newest intact checkpoint where restores read from (None when there is none)."""
+        return newest_intact(self.source)
 
     def save(self):
         self._check_finite()
-        return self.manager.save(checkpoint_number=int(self.step.numpy()))
+        return self._verified(self.manager.save(checkpoint_number=int(self.step.numpy())))
+
+    @staticmethod
+    def _verified(path):
+        problem = damage(path)
+        if problem is not None:
+            raise CheckpointError(f"the checkpoint just saved does not read back ({problem}); is the disk full?")
+        return path
 
     def _check_finite(self):
         bad = [v.path for v in self.model.trainable_variables if not tf.reduce_all(tf.math.is_finite(v)).numpy()]
@@ -81,22 +113,40 @@ class Checkpoints:
             )
 
     def save_best(self):
-        return self.best_manager.save(checkpoint_number=int(self.step.numpy()))
+        return self._verified(self.best_manager.save(checkpoint_number=int(self.step.numpy())))
 
     def restore_best(self):
         """Restores the best checkpoint (by the dev metric); falls back to the latest."""
-        path = tf.train.latest_checkpoint(os.path.join(self.source, "best")) or self.latest_path()
+        path = best_or_latest(self.source)
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         self.checkpoint.restore(path).expect_partial()
         return path
 
 
-def restore_weights(model, directory, which="best"):
-    """Restores only the model's weights from a run's checkpoints (for eval and predict)."""
-    best = tf.train.latest_checkpoint(os.path.join(directory, "best"))
-    path = (best if which == "best" else None) or tf.train.latest_checkpoint(directory)
+def best_or_latest(directory):
+    """The best checkpoint of a run's `checkpoints` folder if it reads back whole, else (with
+    a warning) the newest intact step checkpoint; None when there is no checkpoint at all."""
+    import logging
+
+    best_directory = os.path.join(directory, "best")
+    try:
+        best = newest_intact(best_directory, purpose="the best weights")
+    except CheckpointError as error:
+        best = None
+        logging.getLogger("amptrain").warning(f"{error}; using the newest intact step checkpoint instead")
+    return best or newest_intact(directory, purpose="the weights")
+
+
+def restore_weights(model, directory):
+    """Restores only the model's weights from a run's checkpoints (for eval and predict): the
+    best ones, else the latest."""
+    path = best_or_latest(directory)
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
     return path
+
+
+def _step_of(prefix):
+    return int(prefix.rsplit("-", 1)[1])
