@@ -20,7 +20,7 @@ import time
 import keras
 
 from amptrain.models.blocks import Attention, MultiHeadSelfAttention
-from amptrain.models.layers import walk
+from amptrain.models.layer_tree import walk
 
 # Dense peak FLOP/s (no sparsity) per chip, from the vendors' data sheets (SXM parts where
 # there are two). None: no such arithmetic on that chip.

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from amptrain.models.islands import island_reason
-from amptrain.models.layers import children
+from amptrain.models.layer_tree import children
 
 HALF = ("float16", "bfloat16")
 FP16_MAX = 65504.0
