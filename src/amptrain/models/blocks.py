@@ -17,6 +17,7 @@ import keras
 from keras import ops
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class TokenAndPositionEmbedding(keras.layers.Layer):
     """Token embedding plus a learned position embedding."""
 
@@ -69,6 +70,7 @@ def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training
     return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, heads * head_dim))
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over unmasked keys."""
 
@@ -109,6 +111,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         }
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class Attention(keras.layers.Layer):
     """Multi-head attention of queries `x` over keys and values made from `context`."""
 
@@ -162,6 +165,7 @@ class Attention(keras.layers.Layer):
         }
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class EncoderBlock(keras.layers.Layer):
     """Pre-norm Transformer encoder block: x + attention(norm(x)), then x + ffn(norm(x)).
 
@@ -207,6 +211,7 @@ class EncoderBlock(keras.layers.Layer):
         }
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class DecoderBlock(keras.layers.Layer):
     """Pre-norm decoder block: causal self-attention, cross-attention, feed-forward."""
 
