@@ -18,7 +18,14 @@ Decoding caches every decoder layer's self-attention keys and values in fixed-si
 buffers (batch, heads, max_length, head_dim), written at the step's position, and the
 cross-attention keys and values of the encoder's output once: a step costs one position,
 not the whole prefix, and every shape is fixed, so the search loop compiles under XLA.
+
+The model round-trips through its config (`Translator.from_config(model.get_config())`,
+`model.save("x.keras")` and `keras.saving.load_model`): the config holds plain values
+(the model config as a dict, the policy's name), and the rebuilt translator shares and
+ties its embeddings again; the output projection's own config says only that it is tied.
 """
+
+from types import SimpleNamespace
 
 import keras
 from keras import ops
@@ -26,19 +33,32 @@ from keras import ops
 from amptrain.models.blocks import DecoderBlock, EncoderBlock
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class OutputProjection(keras.layers.Layer):
     """Logits over the target vocabulary, in float32: the target embedding transposed (tied)
-    or a kernel of its own, plus a bias."""
+    or a kernel of its own, plus a bias.
+
+    A tied projection is given its embedding by its owner (`tie_to`, before it is built).
+    Its config says only that it is tied: the embedding is a layer of the owner, saved
+    with the owner, and the owner (the Translator, with `tie_embeddings` in its own
+    config) ties them again when it is rebuilt from its config."""
 
     float32_reason = "the logits feed a softmax over the whole target vocabulary, a sum half precision cannot hold"
 
-    def __init__(self, vocabulary_size, tied_embedding=None, **kwargs):
+    def __init__(self, vocabulary_size, tied=False, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
-        self.tied_embedding = tied_embedding
+        self.tied = tied
+        self.tied_embedding = None
+
+    def tie_to(self, embedding):
+        """Uses `embedding` (a keras.layers.Embedding) transposed as the kernel."""
+        self.tied_embedding = embedding
 
     def build(self, input_shape):
-        if self.tied_embedding is None:
+        if self.tied and self.tied_embedding is None:
+            raise ValueError(f"{self.name}: a tied OutputProjection is built after its owner calls tie_to(embedding)")
+        if not self.tied:
             self.kernel = self.add_weight(
                 shape=(input_shape[-1], self.vocabulary_size), initializer="glorot_uniform", name="kernel"
             )
@@ -46,16 +66,24 @@ class OutputProjection(keras.layers.Layer):
 
     def call(self, x):
         x = ops.cast(x, "float32")
-        if self.tied_embedding is not None:
+        if self.tied:
             logits = ops.matmul(x, ops.transpose(ops.cast(self.tied_embedding.embeddings, "float32")))
         else:
             logits = ops.matmul(x, ops.cast(self.kernel, "float32"))
         return logits + ops.cast(self.bias, "float32")
 
+    def get_config(self):
+        return {**super().get_config(), "vocabulary_size": self.vocabulary_size, "tied": self.tied}
 
+
+@keras.saving.register_keras_serializable(package="amptrain")
 class Translator(keras.Model):
     """The encoder-decoder. Features: source_ids, source_mask, target_ids, target_mask
-    (the decoder's input: the start piece, then the target shifted right)."""
+    (the decoder's input: the start piece, then the target shifted right).
+
+    `model_config`: the config's `model` section (or a dict of its fields, as in
+    `get_config`); `dtype`: the policy its layers are built with (the model object itself
+    keeps Keras's default policy, as it always has; its config's "dtype" is the layers')."""
 
     def __init__(
         self,
@@ -67,12 +95,19 @@ class Translator(keras.Model):
         shared_embedding=False,
         **kwargs,
     ):
-        super().__init__(name="translator", **kwargs)
-        c = model_config
+        kwargs.setdefault("name", "translator")
+        super().__init__(**kwargs)
+        c = SimpleNamespace(**model_config) if isinstance(model_config, dict) else model_config
+        self.source_vocabulary_size = source_vocabulary_size
         self.max_length = max_length
         self.hidden_dim = c.hidden_dim
         self.num_heads = c.num_heads
+        self.intermediate_dim = c.intermediate_dim
+        self.dropout = c.dropout
+        self.tie_embeddings = c.tie_embeddings
         self.target_vocabulary_size = target_vocabulary_size
+        self.shared_embedding = shared_embedding
+        self.layers_dtype = keras.dtype_policies.get(dtype).name
         # === Layers ===
         self.source_embedding = keras.layers.Embedding(
             source_vocabulary_size, c.hidden_dim, dtype=dtype, name="source_embedding"
@@ -85,6 +120,16 @@ class Translator(keras.Model):
         self.source_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="source_positions")
         self.target_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="target_positions")
         self.embedding_dropout = keras.layers.Dropout(c.dropout, dtype=dtype)
+        self._add_blocks(c, dtype)
+        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
+        self.output_projection = OutputProjection(
+            target_vocabulary_size, tied=c.tie_embeddings, dtype="float32", name="logits"
+        )
+        if c.tie_embeddings:
+            self.output_projection.tie_to(self.target_embedding)
+
+    def _add_blocks(self, c, dtype):
+        """The encoder blocks, the encoder's final norm and the decoder blocks."""
         # One attribute a block, not a list: TensorFlow checkpoints follow attributes, and
         # a list of layers on a Keras 3 model is not saved (found by a restored model that
         # decoded garbage: its checkpoint held the embeddings and norms, and no block).
@@ -107,10 +152,37 @@ class Translator(keras.Model):
                     c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"decoder_{i}"
                 ),
             )
-        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
-        self.output_projection = OutputProjection(
-            target_vocabulary_size, self.target_embedding if c.tie_embeddings else None, dtype="float32", name="logits"
-        )
+
+    def get_config(self):
+        """Plain values only: `Translator.from_config` (and a `.keras` file) rebuilds the
+        same layers, the shared and tied embeddings shared and tied again."""
+        model_config = {
+            "num_layers": self.num_encoder_layers,
+            "num_decoder_layers": self.num_decoder_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "tie_embeddings": self.tie_embeddings,
+        }
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "source_vocabulary_size": self.source_vocabulary_size,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "max_length": self.max_length,
+            "model_config": model_config,
+            "dtype": self.layers_dtype,
+            "shared_embedding": self.shared_embedding,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def build_from_config(self, config):
+        """A loaded translator creates its variables as a new one does (`build_all`)."""
+        self.build_all(min(8, self.max_length))
 
     @property
     def encoder_blocks(self):
