@@ -19,8 +19,8 @@ import time
 
 import keras
 
-from amptrain.models.blocks import MultiHeadSelfAttention
-from amptrain.models.layers import walk
+from amptrain.models.blocks import Attention, MultiHeadSelfAttention
+from amptrain.models.layer_tree import walk
 
 # Dense peak FLOP/s (no sparsity) per chip, from the vendors' data sheets (SXM parts where
 # there are two). None: no such arithmetic on that chip.
@@ -43,8 +43,6 @@ _NAMES = ("H200", "H100", "A100", "A10", "L4", "T4", "V100", "TPU v5e", "TPU v4"
 def attention_layers(model):
     """The attention layers of `model` (self-attention of the encoders, and the
     translator's self- and cross-attention)."""
-    from amptrain.models.translator import Attention
-
     return [layer for layer in walk(model) if isinstance(layer, (MultiHeadSelfAttention, Attention))]
 
 

@@ -1,4 +1,6 @@
-"""Transformer building blocks shared by every task's model.
+"""Transformer building blocks shared by every task's model: the embedding, the
+attention layers (self-attention; queries over another sequence's keys and values) and
+the pre-norm encoder and decoder blocks.
 
 Each layer takes `dtype` (a Keras dtype policy such as "mixed_bfloat16") and passes it
 to its sublayers: variables are float32, arithmetic runs in the policy's compute dtype,
@@ -7,12 +9,15 @@ and the few places where half precision is unsafe are float32 islands, each sayi
     embedding = TokenAndPositionEmbedding(8000, 128, 64, dtype="mixed_bfloat16")
     block = EncoderBlock(64, 4, 128, dropout=0.1, dtype="mixed_bfloat16")
     x = block(embedding(token_ids), padding_mask=padding_mask)  # (batch, length, hidden)
+    decoder = DecoderBlock(64, 4, 128, dtype="mixed_bfloat16")
+    y = decoder(y, x, padding_mask, target_mask)  # causal self-attention, then attention over x
 """
 
 import keras
 from keras import ops
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class TokenAndPositionEmbedding(keras.layers.Layer):
     """Token embedding plus a learned position embedding."""
 
@@ -65,6 +70,7 @@ def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training
     return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, heads * head_dim))
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over unmasked keys."""
 
@@ -105,6 +111,61 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         }
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
+class Attention(keras.layers.Layer):
+    """Multi-head attention of queries `x` over keys and values made from `context`."""
+
+    float32_reason = (
+        "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
+    )
+
+    def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+        self.dropout = dropout
+        # === Layers ===
+        self.query = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="query")
+        self.key_value = keras.layers.Dense(2 * hidden_dim, dtype=self.dtype_policy, name="key_value")
+        self.output_dense = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="output")
+        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        for layer in (self.query, self.key_value, self.output_dense):
+            layer.build(input_shape)
+
+    def keys_values(self, context):
+        """(batch, heads, length, head_dim) keys and values of `context` (batch, length, hidden)."""
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
+        kv = ops.reshape(self.key_value(context), (batch, length, 2, self.num_heads, self.head_dim))
+        kv = ops.transpose(kv, (2, 0, 3, 1, 4))
+        return kv[0], kv[1]
+
+    def attend(self, x, key, value, mask, training=False):
+        """`mask`: bool, (batch, query length, key length) or broadcastable; True keeps a key."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        query = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_dim))
+        query = ops.transpose(query, (0, 2, 1, 3))
+        context = scaled_dot_product(
+            query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training
+        )
+        return self.output_dense(context)
+
+    def call(self, x, context, mask, training=False):
+        key, value = self.keys_values(context)
+        return self.attend(x, key, value, mask, training)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+        }
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
 class EncoderBlock(keras.layers.Layer):
     """Pre-norm Transformer encoder block: x + attention(norm(x)), then x + ffn(norm(x)).
 
@@ -139,6 +200,88 @@ class EncoderBlock(keras.layers.Layer):
         x = x + self.residual_dropout(attended, training=training)
         transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
         return x + self.residual_dropout(transformed, training=training)  # (batch, length, hidden)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+        }
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class DecoderBlock(keras.layers.Layer):
+    """Pre-norm decoder block: causal self-attention, cross-attention, feed-forward."""
+
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        policy = self.dtype_policy
+        # === Layers ===
+        self.self_attention_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=policy, name="self_attention_norm"
+        )
+        self.self_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="self_attention")
+        self.cross_attention_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=policy, name="cross_attention_norm"
+        )
+        self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
+        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
+        self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (
+            self.self_attention_norm,
+            self.self_attention,
+            self.cross_attention_norm,
+            self.cross_attention,
+            self.ffn_norm,
+            self.ffn_in,
+        ):
+            layer.build(input_shape)
+        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
+
+    def call(self, x, memory, memory_mask, target_mask, training=False):
+        """Teacher forcing over a whole target: position i sees positions 0..i only."""
+        length = ops.shape(x)[1]
+        positions = ops.arange(length)
+        causal = positions[:, None] >= positions[None, :]  # (query, key)
+        self_mask = ops.logical_and(causal[None], ops.cast(target_mask, "bool")[:, None, :])
+        normed = self.self_attention_norm(x)
+        x = x + self.residual_dropout(
+            self.self_attention(normed, normed, self_mask, training=training), training=training
+        )
+        # Called as layers (not through `attend`), so the audit sees each softmax inside its island.
+        memory_mask = ops.cast(memory_mask, "bool")[:, None, :]
+        attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
+        x = x + self.residual_dropout(attended, training=training)
+        return self._ffn(x, training)
+
+    def _ffn(self, x, training=False):
+        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
+        return x + self.residual_dropout(transformed, training=training)
+
+    def step(self, x, index, cache_key, cache_value, memory_key, memory_value, memory_mask):
+        """One position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value
+        are written into the caches (batch, heads, max_length, head_dim), and it attends
+        to positions 0..index. Returns (output, cache_key, cache_value)."""
+        normed = self.self_attention_norm(x)
+        key, value = self.self_attention.keys_values(normed)  # (batch, heads, 1, head_dim)
+        max_length = ops.shape(cache_key)[2]
+        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
+        cache_key = cache_key * (1 - at_index) + key * at_index
+        cache_value = cache_value * (1 - at_index) + value * at_index
+        seen = (ops.arange(max_length) <= index)[None, None, :]  # (1, 1, max_length)
+        x = x + self.self_attention.attend(normed, cache_key, cache_value, seen)
+        x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
+        return self._ffn(x), cache_key, cache_value
 
     def get_config(self):
         return {

@@ -15,6 +15,7 @@ import keras
 from keras import ops
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class CharWordEncoder(keras.layers.Layer):
     def __init__(self, num_chars, hidden_dim, char_dim=32, filters=128, **kwargs):
         super().__init__(**kwargs)

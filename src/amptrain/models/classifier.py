@@ -12,6 +12,7 @@ from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
 
 
+@keras.saving.register_keras_serializable(package="amptrain")
 class MaskedMeanPooling(keras.layers.Layer):
     """Mean of the states of real (unmasked) tokens."""
 

@@ -79,56 +79,35 @@ class Search:
         return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, self.length_penalty)
 
     def _beam(self, source_ids, source_mask):
+        """Beam search in one `tf.while_loop`: the start, one step a position, the stop
+        test and the choice at the end are the phases below."""
+        batch = tf.shape(source_ids)[0]
+
+        def body(i, last, alive, alive_scores, finished, finished_scores, finished_flags, state):
+            return self._beam_step(
+                batch, i, last, alive, alive_scores, finished, finished_scores, finished_flags, state
+            )
+
+        start = self._beam_start(source_ids, source_mask)
+        _, _, alive, alive_scores, finished, finished_scores, finished_flags, _ = tf.while_loop(
+            self._beam_not_done, body, start
+        )
+        return self._beam_best(alive, alive_scores, finished, finished_scores, finished_flags)
+
+    def _beam_start(self, source_ids, source_mask):
+        """The loop's variables before the first step."""
         k, length = self.beam_size, self.max_length
         batch = tf.shape(source_ids)[0]
         # Every sentence's encoder output once, then one copy a beam (row b * k + j).
         memory = tf.repeat(self.model.encode(source_ids, source_mask), k, axis=0)
         state = self.model.start_state(memory, tf.repeat(source_mask, k, axis=0), length)
-        positions = tf.range(length)
         # Only the first beam is live at the start: the others would repeat it.
         alive_scores = tf.tile(tf.constant([[0.0] + [FAR_BELOW] * (k - 1)]), [batch, 1])
         alive = tf.zeros([batch, k, length], tf.int32)
         finished = tf.zeros([batch, k, length], tf.int32)
         finished_scores = tf.fill([batch, k], FAR_BELOW)
         finished_flags = tf.zeros([batch, k], tf.bool)
-        worst_penalty = self._penalty(length)
-
-        def body(i, last, alive, alive_scores, finished, finished_scores, finished_flags, state):
-            log_probabilities, state = self._log_probabilities(last, i, state)
-            vocabulary = tf.shape(log_probabilities)[-1]
-            candidates = alive_scores[:, :, None] + tf.reshape(log_probabilities, [batch, k, vocabulary])
-            top_scores, top = tf.math.top_k(tf.reshape(candidates, [batch, k * vocabulary]), 2 * k)
-            parents, pieces = top // vocabulary, top % vocabulary  # (batch, 2k)
-            sequences = tf.gather(alive, parents, batch_dims=1)
-            sequences = tf.where(positions[None, None] == i, pieces[:, :, None], sequences)
-            ends = tf.equal(pieces, self.end_id)
-            # The finished set: the best k of the old ones and those that end here.
-            ended_scores = tf.where(ends, top_scores / self._penalty(i + 1), FAR_BELOW)
-            pool_scores = tf.concat([finished_scores, ended_scores], axis=1)
-            finished_scores, best = tf.math.top_k(pool_scores, k)
-            finished = tf.gather(tf.concat([finished, sequences], axis=1), best, batch_dims=1)
-            finished_flags = tf.gather(tf.concat([finished_flags, ends], axis=1), best, batch_dims=1)
-            # The live set: the best k that do not end.
-            alive_scores, best = tf.math.top_k(tf.where(ends, FAR_BELOW, top_scores), k)
-            alive = tf.gather(sequences, best, batch_dims=1)
-            rows = tf.reshape(tf.gather(parents, best, batch_dims=1) + tf.range(batch)[:, None] * k, [-1])
-            state = {
-                "memory_mask": state["memory_mask"],
-                "layers": [
-                    {**layer, "key": tf.gather(layer["key"], rows), "value": tf.gather(layer["value"], rows)}
-                    for layer in state["layers"]
-                ],
-            }
-            last = tf.reshape(tf.gather(pieces, best, batch_dims=1), [-1])
-            return i + 1, last, alive, alive_scores, finished, finished_scores, finished_flags, state
-
-        def not_done(i, last, alive, alive_scores, finished, finished_scores, finished_flags, state):
-            best_alive_can_reach = alive_scores[:, 0] / worst_penalty
-            worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, FAR_BELOW), axis=1)
-            done = tf.logical_and(tf.reduce_all(finished_flags, axis=1), worst_finished >= best_alive_can_reach)
-            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(done)))
-
-        start = (
+        return (
             tf.constant(0),
             tf.fill([batch * k], self.start_id),
             alive,
@@ -138,10 +117,59 @@ class Search:
             finished_flags,
             state,
         )
-        _, _, alive, alive_scores, finished, finished_scores, finished_flags, _ = tf.while_loop(not_done, body, start)
+
+    def _beam_step(self, batch, i, last, alive, alive_scores, finished, finished_scores, finished_flags, state):
+        """Position `i`: extends every live hypothesis by every piece, files those that end
+        into the finished set and keeps the best k others live, their caches following."""
+        k = self.beam_size
+        log_probabilities, state = self._log_probabilities(last, i, state)
+        vocabulary = tf.shape(log_probabilities)[-1]
+        candidates = alive_scores[:, :, None] + tf.reshape(log_probabilities, [batch, k, vocabulary])
+        top_scores, top = tf.math.top_k(tf.reshape(candidates, [batch, k * vocabulary]), 2 * k)
+        parents, pieces = top // vocabulary, top % vocabulary  # (batch, 2k)
+        sequences = tf.gather(alive, parents, batch_dims=1)
+        sequences = tf.where(tf.range(self.max_length)[None, None] == i, pieces[:, :, None], sequences)
+        ends = tf.equal(pieces, self.end_id)
+        # The finished set: the best k of the old ones and those that end here.
+        ended_scores = tf.where(ends, top_scores / self._penalty(i + 1), FAR_BELOW)
+        pool_scores = tf.concat([finished_scores, ended_scores], axis=1)
+        finished_scores, best = tf.math.top_k(pool_scores, k)
+        finished = tf.gather(tf.concat([finished, sequences], axis=1), best, batch_dims=1)
+        finished_flags = tf.gather(tf.concat([finished_flags, ends], axis=1), best, batch_dims=1)
+        # The live set: the best k that do not end.
+        alive_scores, best = tf.math.top_k(tf.where(ends, FAR_BELOW, top_scores), k)
+        alive = tf.gather(sequences, best, batch_dims=1)
+        rows = tf.reshape(tf.gather(parents, best, batch_dims=1) + tf.range(batch)[:, None] * k, [-1])
+        state = _reorder_caches(state, rows)
+        last = tf.reshape(tf.gather(pieces, best, batch_dims=1), [-1])
+        return i + 1, last, alive, alive_scores, finished, finished_scores, finished_flags, state
+
+    def _beam_not_done(self, i, last, alive, alive_scores, finished, finished_scores, finished_flags, state):
+        """Whether to go on: below max_length, and some sentence's live hypotheses could
+        still beat its worst finished one (or it has fewer than k finished)."""
+        best_alive_can_reach = alive_scores[:, 0] / self._penalty(self.max_length)
+        worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, FAR_BELOW), axis=1)
+        done = tf.logical_and(tf.reduce_all(finished_flags, axis=1), worst_finished >= best_alive_can_reach)
+        return tf.logical_and(i < self.max_length, tf.logical_not(tf.reduce_all(done)))
+
+    def _beam_best(self, alive, alive_scores, finished, finished_scores, finished_flags):
+        """Each sentence's output: its best finished hypothesis, or its best live one."""
         # At max_length the best live hypothesis competes as it stands (cut there); after an
         # early stop its bound is below every finished score, so a finished one wins.
         alive_wins = tf.logical_or(
-            tf.logical_not(finished_flags[:, 0]), alive_scores[:, 0] / worst_penalty > finished_scores[:, 0]
+            tf.logical_not(finished_flags[:, 0]),
+            alive_scores[:, 0] / self._penalty(self.max_length) > finished_scores[:, 0],
         )
         return tf.where(alive_wins[:, None], alive[:, 0], finished[:, 0])
+
+
+def _reorder_caches(state, rows):
+    """The decoder state with every layer's self-attention keys and values taken from `rows`
+    (the parents of the hypotheses kept); the encoder's keys and values stay."""
+    return {
+        "memory_mask": state["memory_mask"],
+        "layers": [
+            {**layer, "key": tf.gather(layer["key"], rows), "value": tf.gather(layer["value"], rows)}
+            for layer in state["layers"]
+        ],
+    }

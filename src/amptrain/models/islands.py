@@ -10,6 +10,12 @@ float32 under a mixed policy without one as a layer that ignored the policy.
 
 A declaration says what is intended; the audit checks what runs (the traced graph), so a
 declared island whose softmax still runs in float16 is reported all the same.
+
+A declaration on a Keras layer is kept in its config, so a saved model's islands are
+islands again when it is loaded: `float32_island` makes the layer an instance of a
+subclass of its class, of the same name, that only adds `float32_reason` to its config
+(registered with Keras as "amptrain>float32_island.Dense" and so on). Nothing is rebuilt,
+so the layer keeps its name, its variables and its place in the random sequence.
 """
 
 import keras
@@ -25,8 +31,38 @@ KERAS_ISLANDS = (
 
 def float32_island(layer, reason):
     """Declares `layer` a float32 island for `reason`; returns the layer."""
+    if not getattr(type(layer), "is_float32_island", False):
+        layer.__class__ = island_class(type(layer))
     layer.float32_reason = reason
     return layer
+
+
+_ISLAND_CLASSES = {}
+
+
+def island_class(base):
+    """`base` (a Keras layer class) with `float32_reason` in its config, registered with
+    Keras so that a saved model finds it when loaded."""
+    if base not in _ISLAND_CLASSES:
+
+        def __init__(self, *args, float32_reason=None, **kwargs):
+            base.__init__(self, *args, **kwargs)
+            self.float32_reason = float32_reason
+
+        def get_config(self):
+            return {**base.get_config(self), "float32_reason": self.float32_reason}
+
+        namespace = {"__init__": __init__, "get_config": get_config, "__module__": __name__, "is_float32_island": True}
+        cls = type(base.__name__, (base,), namespace)  # the audit shows the class's name: "Dense" stays "Dense"
+        keras.saving.register_keras_serializable(package="amptrain", name=f"float32_island.{base.__name__}")(cls)
+        _ISLAND_CLASSES[base] = cls
+    return _ISLAND_CLASSES[base]
+
+
+# Registered at import, for a model saved in another process: the classes amptrain's models
+# declare islands of (a model with an island of another class loads where one was declared).
+for _base in (keras.layers.Dense, keras.layers.Dropout, keras.layers.Activation):
+    island_class(_base)
 
 
 def island_reason(layer):

@@ -18,161 +18,47 @@ Decoding caches every decoder layer's self-attention keys and values in fixed-si
 buffers (batch, heads, max_length, head_dim), written at the step's position, and the
 cross-attention keys and values of the encoder's output once: a step costs one position,
 not the whole prefix, and every shape is fixed, so the search loop compiles under XLA.
+
+The model round-trips through its config (`Translator.from_config(model.get_config())`,
+`model.save("x.keras")` and `keras.saving.load_model`): the config holds plain values
+(the model config as a dict, the policy's name), and the rebuilt translator shares and
+ties its embeddings again; the output projection's own config says only that it is tied.
 """
+
+from types import SimpleNamespace
 
 import keras
 from keras import ops
 
-from amptrain.models.blocks import EncoderBlock, scaled_dot_product
+from amptrain.models.blocks import DecoderBlock, EncoderBlock
 
 
-class Attention(keras.layers.Layer):
-    """Multi-head attention of queries `x` over keys and values made from `context`."""
-
-    float32_reason = (
-        "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
-    )
-
-    def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.head_dim = hidden_dim // num_heads
-        self.dropout = dropout
-        # === Layers ===
-        self.query = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="query")
-        self.key_value = keras.layers.Dense(2 * hidden_dim, dtype=self.dtype_policy, name="key_value")
-        self.output_dense = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="output")
-        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-
-    def build(self, input_shape):
-        for layer in (self.query, self.key_value, self.output_dense):
-            layer.build(input_shape)
-
-    def keys_values(self, context):
-        """(batch, heads, length, head_dim) keys and values of `context` (batch, length, hidden)."""
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        kv = ops.reshape(self.key_value(context), (batch, length, 2, self.num_heads, self.head_dim))
-        kv = ops.transpose(kv, (2, 0, 3, 1, 4))
-        return kv[0], kv[1]
-
-    def attend(self, x, key, value, mask, training=False):
-        """`mask`: bool, (batch, query length, key length) or broadcastable; True keeps a key."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        query = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_dim))
-        query = ops.transpose(query, (0, 2, 1, 3))
-        context = scaled_dot_product(
-            query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training
-        )
-        return self.output_dense(context)
-
-    def call(self, x, context, mask, training=False):
-        key, value = self.keys_values(context)
-        return self.attend(x, key, value, mask, training)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "dropout": self.dropout,
-        }
-
-
-class DecoderBlock(keras.layers.Layer):
-    """Pre-norm decoder block: causal self-attention, cross-attention, feed-forward."""
-
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        policy = self.dtype_policy
-        # === Layers ===
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, dtype=policy, name="self_attention_norm"
-        )
-        self.self_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="self_attention")
-        self.cross_attention_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, dtype=policy, name="cross_attention_norm"
-        )
-        self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
-        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
-        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
-        self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
-
-    def build(self, input_shape):
-        for layer in (
-            self.self_attention_norm,
-            self.self_attention,
-            self.cross_attention_norm,
-            self.cross_attention,
-            self.ffn_norm,
-            self.ffn_in,
-        ):
-            layer.build(input_shape)
-        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
-
-    def call(self, x, memory, memory_mask, target_mask, training=False):
-        """Teacher forcing over a whole target: position i sees positions 0..i only."""
-        length = ops.shape(x)[1]
-        positions = ops.arange(length)
-        causal = positions[:, None] >= positions[None, :]  # (query, key)
-        self_mask = ops.logical_and(causal[None], ops.cast(target_mask, "bool")[:, None, :])
-        normed = self.self_attention_norm(x)
-        x = x + self.residual_dropout(
-            self.self_attention(normed, normed, self_mask, training=training), training=training
-        )
-        # Called as layers (not through `attend`), so the audit sees each softmax inside its island.
-        memory_mask = ops.cast(memory_mask, "bool")[:, None, :]
-        attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
-        x = x + self.residual_dropout(attended, training=training)
-        return self._ffn(x, training)
-
-    def _ffn(self, x, training=False):
-        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
-        return x + self.residual_dropout(transformed, training=training)
-
-    def step(self, x, index, cache_key, cache_value, memory_key, memory_value, memory_mask):
-        """One position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value
-        are written into the caches (batch, heads, max_length, head_dim), and it attends
-        to positions 0..index. Returns (output, cache_key, cache_value)."""
-        normed = self.self_attention_norm(x)
-        key, value = self.self_attention.keys_values(normed)  # (batch, heads, 1, head_dim)
-        max_length = ops.shape(cache_key)[2]
-        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
-        cache_key = cache_key * (1 - at_index) + key * at_index
-        cache_value = cache_value * (1 - at_index) + value * at_index
-        seen = (ops.arange(max_length) <= index)[None, None, :]  # (1, 1, max_length)
-        x = x + self.self_attention.attend(normed, cache_key, cache_value, seen)
-        x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
-        return self._ffn(x), cache_key, cache_value
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-        }
-
-
+@keras.saving.register_keras_serializable(package="amptrain")
 class OutputProjection(keras.layers.Layer):
     """Logits over the target vocabulary, in float32: the target embedding transposed (tied)
-    or a kernel of its own, plus a bias."""
+    or a kernel of its own, plus a bias.
+
+    A tied projection is given its embedding by its owner (`tie_to`, before it is built).
+    Its config says only that it is tied: the embedding is a layer of the owner, saved
+    with the owner, and the owner (the Translator, with `tie_embeddings` in its own
+    config) ties them again when it is rebuilt from its config."""
 
     float32_reason = "the logits feed a softmax over the whole target vocabulary, a sum half precision cannot hold"
 
-    def __init__(self, vocabulary_size, tied_embedding=None, **kwargs):
+    def __init__(self, vocabulary_size, tied=False, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
-        self.tied_embedding = tied_embedding
+        self.tied = tied
+        self.tied_embedding = None
+
+    def tie_to(self, embedding):
+        """Uses `embedding` (a keras.layers.Embedding) transposed as the kernel."""
+        self.tied_embedding = embedding
 
     def build(self, input_shape):
-        if self.tied_embedding is None:
+        if self.tied and self.tied_embedding is None:
+            raise ValueError(f"{self.name}: a tied OutputProjection is built after its owner calls tie_to(embedding)")
+        if not self.tied:
             self.kernel = self.add_weight(
                 shape=(input_shape[-1], self.vocabulary_size), initializer="glorot_uniform", name="kernel"
             )
@@ -180,16 +66,24 @@ class OutputProjection(keras.layers.Layer):
 
     def call(self, x):
         x = ops.cast(x, "float32")
-        if self.tied_embedding is not None:
+        if self.tied:
             logits = ops.matmul(x, ops.transpose(ops.cast(self.tied_embedding.embeddings, "float32")))
         else:
             logits = ops.matmul(x, ops.cast(self.kernel, "float32"))
         return logits + ops.cast(self.bias, "float32")
 
+    def get_config(self):
+        return {**super().get_config(), "vocabulary_size": self.vocabulary_size, "tied": self.tied}
 
+
+@keras.saving.register_keras_serializable(package="amptrain")
 class Translator(keras.Model):
     """The encoder-decoder. Features: source_ids, source_mask, target_ids, target_mask
-    (the decoder's input: the start piece, then the target shifted right)."""
+    (the decoder's input: the start piece, then the target shifted right).
+
+    `model_config`: the config's `model` section (or a dict of its fields, as in
+    `get_config`); `dtype`: the policy its layers are built with (the model object itself
+    keeps Keras's default policy, as it always has; its config's "dtype" is the layers')."""
 
     def __init__(
         self,
@@ -201,12 +95,19 @@ class Translator(keras.Model):
         shared_embedding=False,
         **kwargs,
     ):
-        super().__init__(name="translator", **kwargs)
-        c = model_config
+        kwargs.setdefault("name", "translator")
+        super().__init__(**kwargs)
+        c = SimpleNamespace(**model_config) if isinstance(model_config, dict) else model_config
+        self.source_vocabulary_size = source_vocabulary_size
         self.max_length = max_length
         self.hidden_dim = c.hidden_dim
         self.num_heads = c.num_heads
+        self.intermediate_dim = c.intermediate_dim
+        self.dropout = c.dropout
+        self.tie_embeddings = c.tie_embeddings
         self.target_vocabulary_size = target_vocabulary_size
+        self.shared_embedding = shared_embedding
+        self.layers_dtype = keras.dtype_policies.get(dtype).name
         # === Layers ===
         self.source_embedding = keras.layers.Embedding(
             source_vocabulary_size, c.hidden_dim, dtype=dtype, name="source_embedding"
@@ -219,6 +120,16 @@ class Translator(keras.Model):
         self.source_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="source_positions")
         self.target_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="target_positions")
         self.embedding_dropout = keras.layers.Dropout(c.dropout, dtype=dtype)
+        self._add_blocks(c, dtype)
+        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
+        self.output_projection = OutputProjection(
+            target_vocabulary_size, tied=c.tie_embeddings, dtype="float32", name="logits"
+        )
+        if c.tie_embeddings:
+            self.output_projection.tie_to(self.target_embedding)
+
+    def _add_blocks(self, c, dtype):
+        """The encoder blocks, the encoder's final norm and the decoder blocks."""
         # One attribute a block, not a list: TensorFlow checkpoints follow attributes, and
         # a list of layers on a Keras 3 model is not saved (found by a restored model that
         # decoded garbage: its checkpoint held the embeddings and norms, and no block).
@@ -241,10 +152,37 @@ class Translator(keras.Model):
                     c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"decoder_{i}"
                 ),
             )
-        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
-        self.output_projection = OutputProjection(
-            target_vocabulary_size, self.target_embedding if c.tie_embeddings else None, dtype="float32", name="logits"
-        )
+
+    def get_config(self):
+        """Plain values only: `Translator.from_config` (and a `.keras` file) rebuilds the
+        same layers, the shared and tied embeddings shared and tied again."""
+        model_config = {
+            "num_layers": self.num_encoder_layers,
+            "num_decoder_layers": self.num_decoder_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "tie_embeddings": self.tie_embeddings,
+        }
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "source_vocabulary_size": self.source_vocabulary_size,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "max_length": self.max_length,
+            "model_config": model_config,
+            "dtype": self.layers_dtype,
+            "shared_embedding": self.shared_embedding,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def build_from_config(self, config):
+        """A loaded translator creates its variables as a new one does (`build_all`)."""
+        self.build_all(min(8, self.max_length))
 
     @property
     def encoder_blocks(self):

@@ -26,7 +26,7 @@ import traceback
 
 import tensorflow as tf
 
-from amptrain.models.layers import children
+from amptrain.models.layer_tree import children
 
 # The engine's logger ("amptrain"), named here: precision does not import the engine.
 logger = logging.getLogger("amptrain")
