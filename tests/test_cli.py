@@ -63,3 +63,54 @@ def test_the_command_prints_nothing_but_the_line(tiny):
     )
     result = amptrain("eval", str(tiny / "nothing"))
     assert result.returncode == 2 and "no config.toml" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_spreadsheet_csv_with_a_byte_order_mark_is_read(tmp_path):
+    from amptrain.data.readers import read_labelled_text
+
+    (tmp_path / "excel.csv").write_bytes("text,label\nhello there,ham\n".encode("utf-8-sig"))
+    assert [(e.text, e.label) for e in read_labelled_text(str(tmp_path / "excel.csv"))] == [("hello there", "ham")]
+
+
+def test_a_run_folder_that_cannot_be_written_is_one_line(tiny, capsys):
+    (tiny / "a-file").write_text("not a folder")
+    status, lines = in_process(capsys, "fit", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "a-file" / "run"))
+    assert status == 2
+    assert lines == [
+        f"amptrain: error: {tiny}/a-file/run: cannot write the run folder (Not a directory); "
+        "pass --run-dir a folder you can write"
+    ]
+
+
+def test_eval_of_a_binary_config_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.toml").write_bytes(bytes(range(256)))
+    status, lines = in_process(capsys, "eval", str(tmp_path))
+    assert status == 2
+    assert lines == [f"amptrain: error: {tmp_path}/config.toml: not a TOML text file (invalid start byte at byte 128)"]
+
+
+def test_predict_input_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    (tmp_path / "input.txt").write_bytes(b"fine line\n\xff\xfe broken\n")
+    status, lines = in_process(capsys, "predict", str(tmp_path), "--input", str(tmp_path / "input.txt"))
+    assert status == 2
+    assert lines == [f"amptrain: error: {tmp_path}/input.txt: not UTF-8 text (invalid start byte at byte 10)"]
+
+
+def test_a_run_that_failed_before_training_does_not_block_its_retry(tiny, capsys):
+    (tiny / "bad.csv").write_text("text,label\nfine,ham\nthree,fields,here\n")
+    run = str(tiny / "run")
+    status, _ = in_process(
+        capsys, "fit", str(tiny / "tiny.toml"), "--set", f"data.dev={tiny}/bad.csv", "--run-dir", run
+    )
+    assert status == 2 and (tiny / "run" / "config.toml").exists()
+    from amptrain import api
+    from amptrain import config as config_lib
+
+    corrected = config_lib.load_config(str(tiny / "tiny.toml"))
+    api._claim_run_dir(corrected, run, overwrite=False)  # the retry's first step: no "different config"
+    assert config_lib.differing_keys(config_lib.load_config(f"{run}/config.toml", base_dir=run), corrected) == []
+    # A run that trained is still protected.
+    (tiny / "run" / "checkpoints").mkdir()
+    (tiny / "run" / "checkpoints" / "ckpt-4.index").write_bytes(b"")
+    with pytest.raises(api.ConfigError, match="different config"):
+        api._claim_run_dir(config_lib.load_config(str(tiny / "tiny.toml"), ["model.hidden_dim=32"]), run, False)

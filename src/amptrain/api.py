@@ -122,20 +122,39 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
 
 
 def _claim_run_dir(config, run_dir, overwrite):
-    """Refuses to resume a run folder whose config differs in more than run length."""
+    """Refuses to resume a run folder whose config differs in more than run length. A
+    folder whose run never trained a step (it stopped on a data error, say) does not block
+    its own retry: it is started afresh."""
     saved_path = os.path.join(run_dir, "config.toml")
     if overwrite and os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     elif os.path.exists(saved_path):
         saved = config_lib.load_config(saved_path, base_dir=run_dir)
         differing = config_lib.differing_keys(saved, config)
-        if differing:
+        if differing and _never_trained(run_dir):
+            shutil.rmtree(run_dir)  # only what the failed start wrote: config, learned files, log
+        elif differing:
             raise ConfigError(
                 f"{run_dir} holds a run with a different config ({', '.join(differing)}); "
                 "pass --overwrite to start afresh, or --run-dir for a new folder"
             )
-    os.makedirs(run_dir, exist_ok=True)
-    config_lib.save_config(config, saved_path)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        config_lib.save_config(config, saved_path)
+    except OSError as error:
+        raise UserError(
+            f"{run_dir}: cannot write the run folder ({error.strerror}); pass --run-dir a folder you can write"
+        ) from None
+
+
+def _never_trained(run_dir):
+    """True when `run_dir` holds no checkpoint and no training record: nothing to lose."""
+    from amptrain.engine.checkpoint_files import step_prefixes
+    from amptrain.engine.run_log import read_metrics
+
+    if step_prefixes(os.path.join(run_dir, "checkpoints")):
+        return False
+    return not any(r.get("kind") in ("train", "eval") for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")))
 
 
 def load_run(run_dir, split_names):

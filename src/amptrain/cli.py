@@ -179,9 +179,10 @@ def _predict(args):
 
     texts = args.text
     if args.input:
+        from amptrain.data.readers import read_lines
+
         try:
-            with open(args.input, encoding="utf-8") as f:
-                texts = [line.rstrip("\r\n") for line in f]
+            texts = read_lines(args.input, lambda f: [line.rstrip("\r\n") for line in f])
         except OSError as error:
             raise UserError(f"{args.input}: {error.strerror}") from None
     for record in api.predict(args.run_dir, texts, skip_blank=bool(args.input)):

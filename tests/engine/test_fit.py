@@ -71,6 +71,10 @@ def test_a_finished_run_does_nothing_and_a_changed_config_is_refused(tiny):
     assert (tiny / "run" / "metrics.jsonl").read_text() == before
     with pytest.raises(amptrain.errors.ConfigError, match=r"different config \(model\.hidden_dim\)"):
         fit(tiny, "run", "model.hidden_dim=32")
+    # More steps for a finished run: refused, saying why (never silently ignored).
+    with pytest.raises(amptrain.errors.ConfigError, match=r"finished its 12 steps .* not continued to 20"):
+        fit(tiny, "run", "train.steps=20")
+    assert (tiny / "run" / "metrics.jsonl").read_text() == before
 
 
 def test_predict_and_eval_use_the_best_checkpoint(tiny):

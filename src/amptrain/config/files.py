@@ -23,9 +23,14 @@ def load_config(path, overrides=(), base_dir=None):
     """
     try:
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            data = f.read()
+        raw = tomllib.loads(data.decode("utf-8-sig"))  # an editor's byte-order mark is no error
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a folder, not a config file") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a TOML text file ({error.reason} at byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     return config_from_dict(raw, overrides, base_dir=base_dir, source=str(path))

@@ -56,9 +56,10 @@ def read_labelled_text(path, text_column="text", label_column="label", format="a
 
 def read_lines(path, parse):
     """`parse(file)` of a UTF-8 text file (newlines as written), a missing file or bad
-    bytes reported as a DataError naming the path."""
+    bytes reported as a DataError naming the path. A byte-order mark (a spreadsheet's
+    "CSV UTF-8" starts with one) is read as what it is, not as part of the first line."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:
             return parse(f)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None

@@ -48,10 +48,10 @@ def save_vocabulary(vocabulary, path):
 
 
 def load_vocabulary(path):
+    from amptrain.data.readers import read_lines
     from amptrain.errors import DataError
 
-    with open(path, encoding="utf-8") as f:
-        vocabulary = [line.rstrip("\n") for line in f if line.rstrip("\n")]
+    vocabulary = read_lines(path, lambda f: [line.rstrip("\r\n") for line in f if line.rstrip("\r\n")])
     for token in (PAD, UNK):
         if token not in vocabulary:
             raise DataError(f"{path}: the vocabulary has no {token} piece; expected BERT-style reserved tokens")

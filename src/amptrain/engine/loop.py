@@ -32,7 +32,7 @@ from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.run_log import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, Window, read_metrics
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
-from amptrain.errors import Interrupted, NumericsError
+from amptrain.errors import ConfigError, Interrupted, NumericsError
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -63,13 +63,12 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     write_dir = write_dir or run_dir
-    metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
-        logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
-        return _final_test_record(metrics_path)
     # A step is `accumulation_steps` batches of the task's plan.
     steps_per_epoch = max(1, job.steps_per_epoch // config.train.accumulation_steps)
     steps = config.train.total_steps(steps_per_epoch)
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
+        return _finished(run_dir, metrics_path, steps)
     parts = build_training(job.model, job.loss_fn, config, placement.strategy, policy, steps)
     checkpoints = Checkpoints(
         os.path.join(write_dir, "checkpoints"),
@@ -362,6 +361,21 @@ def _final_test(job, trainer, checkpoints, log, scalars):
         _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
     log.write({"kind": "end", "step": last_step})
     return metrics
+
+
+def _finished(run_dir, metrics_path, steps):
+    """A finished run is not trained again: its test record. One that now asks for more steps
+    is refused, saying why: its learning-rate schedule ran to its end, and the test was
+    scored; going on would need a new schedule, which is a new run."""
+    records = read_metrics(metrics_path)
+    planned = next((r["total_steps"] for r in reversed(records) if r.get("kind") == "run"), None)
+    if planned is not None and steps > planned:
+        raise ConfigError(
+            f"{run_dir}: this run finished its {planned} steps (its learning rate decayed to the end and the "
+            f"test was scored); it is not continued to {steps}. Train a new run: --run-dir NEW, or --overwrite"
+        )
+    logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
+    return _final_test_record(metrics_path)
 
 
 def _final_test_record(metrics_path):

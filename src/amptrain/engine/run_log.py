@@ -26,7 +26,12 @@ def setup_logging(run_dir, quiet_console=False):
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
-    file_handler = logging.FileHandler(os.path.join(run_dir, "train.log"), encoding="utf-8")
+    try:
+        file_handler = logging.FileHandler(os.path.join(run_dir, "train.log"), encoding="utf-8")
+    except OSError as error:
+        from amptrain.errors import UserError
+
+        raise UserError(f"{run_dir}: cannot write train.log there ({error.strerror})") from None
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter("%(message)s"))
