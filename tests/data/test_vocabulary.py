@@ -1,4 +1,19 @@
-from amptrain.data.vocabulary import RESERVED_TOKENS, WordPiece, pad_to_multiple, train_vocabulary
+import collections
+import os
+import subprocess
+import sys
+
+import pytest
+
+import amptrain
+from amptrain.data.vocabulary import (
+    RESERVED_TOKENS,
+    WordPiece,
+    learn_pieces,
+    pad_to_multiple,
+    train_vocabulary,
+    word_counts,
+)
 
 
 def test_pad_to_multiple_of_8():
@@ -18,3 +33,87 @@ def test_trained_vocabulary_is_sorted_after_the_reserved_tokens_and_tokenizes():
     ids = tokenizer.encode(["The cat sat", "zzz"])
     assert [vocabulary[i] for i in ids[0]] == ["the", "cat", "sat"]  # lowercased
     assert all(vocabulary[i] == "[UNK]" or vocabulary[i].strip("#") for i in ids[1])
+
+
+def test_ties_go_to_the_pair_of_older_pieces():
+    # Every pair occurs once. Ids: x, then ##a ##b ##c ##d (by code point), then each piece
+    # as learned; the pair of lowest ids goes first. (tokenizers numbered the ## characters
+    # in hash-map order: "xc" came first in some processes.)
+    assert learn_pieces({"xab": 1, "xcd": 1}, size=9) == ["x", "##a", "##b", "##c", "##d", "xa", "xc", "xab", "xcd"]
+    # The most frequent pair first, whatever its ids.
+    assert learn_pieces({"xab": 1, "xcd": 2}, size=6)[-1] == "xc"
+
+
+def test_learned_pieces_are_those_of_merging_from_scratch_at_every_step():
+    """The incremental pair counts (stale word indices, heap entries re-pushed when a
+    count falls) give the pieces of recounting every pair after every merge."""
+    words = {"aaaa": 3, "aaab": 2, "abab": 4, "baba": 1, "abba": 2, "bbbb": 1, "ab": 5, "ba": 2, "cab": 3, "abc": 1}
+    for size in range(6, 30):
+        assert learn_pieces(words, size) == _merge_from_scratch(words, size), size
+
+
+def _merge_from_scratch(counts, size):
+    words = {w: [w[0]] + ["##" + c for c in w[1:]] for w in counts}
+    ids = {p: i for i, p in enumerate(sorted({p for w in words.values() for p in w}, key=lambda p: (p[:2] == "##", p)))}
+    while len(ids) < size:
+        pairs = collections.Counter()
+        for w, pieces in words.items():
+            for pair in zip(pieces, pieces[1:]):
+                pairs[pair] += counts[w]
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], ids[p[0]], ids[p[1]]))
+        merged = best[0] + best[1].removeprefix("##")
+        ids.setdefault(merged, len(ids))
+        for w, pieces in words.items():
+            out, i = [], 0
+            while i < len(pieces):
+                if tuple(pieces[i : i + 2]) == best:
+                    out.append(merged)
+                    i += 2
+                else:
+                    out.append(pieces[i])
+                    i += 1
+            words[w] = out
+    return list(ids)
+
+
+def test_word_counts_are_those_of_bert_normalizing_and_splitting_each_text():
+    from tokenizers import normalizers, pre_tokenizers
+
+    texts = ["Héllo, wörld!\tNew\nline  two\u00a0spaces", "东京 and Ünïcode's  (brackets)", "", "a.b-c a.b-c ΣΑΣ"]
+    for lowercase in (True, False):
+        normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lowercase, strip_accents=lowercase)
+        split = pre_tokenizers.BertPreTokenizer().pre_tokenize_str
+        expected = collections.Counter(w for t in texts for w, _ in split(normalizer.normalize_str(t)))
+        assert word_counts(texts, lowercase) == expected
+
+
+TRAIN_IN_A_PROCESS = """
+import random, sys
+from amptrain.data.vocabulary import save_vocabulary, train_vocabulary
+rng = random.Random(0)
+letters = "abcdefghijklmnopqrstuvwxyz"
+texts = [
+    " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 7))) for _ in range(12)) for _ in range(200)
+]
+save_vocabulary(train_vocabulary(texts, size=400), sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_learn_the_same_vocabulary_byte_for_byte(tmp_path):
+    """Random words, so many equally frequent pairs: the `tokenizers` trainer learned 6
+    different vocabularies from these texts in 6 processes."""
+    src = os.path.dirname(os.path.dirname(amptrain.__file__))
+    paths = []
+    for seed in ("1", "2"):
+        paths.append(tmp_path / f"vocabulary-{seed}.txt")
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+            "PYTHONHASHSEED": seed,
+        }
+        subprocess.run([sys.executable, "-c", TRAIN_IN_A_PROCESS, str(paths[-1])], env=env, check=True, timeout=300)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert len(paths[0].read_text().splitlines()) == 400

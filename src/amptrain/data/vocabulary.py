@@ -4,12 +4,17 @@
     tokenizer = WordPiece(vocabulary, lowercase=True)
     ids = tokenizer.encode(["see you at lunch"])  # [array([  ... ], dtype=int32)]
 
-Training uses the `tokenizers` package; tokenizing uses keras-hub's
-`WordPieceTokenizer` (tensorflow-text ops), the tokenizer a served model runs in its
-graph. keras-hub's own trainer (`compute_word_piece_vocabulary`) took 156 s on the
-4,838 spam texts on a 2-core CPU; `tokenizers` takes under 2 s for the same vocabulary
-format (`##` continuation pieces).
+Training splits words with the `tokenizers` package (BERT's normalizer and
+pre-tokenizer) and learns the pieces here, the way its WordPiece trainer does but with
+ties between equally frequent merges broken the same way in every process (its trainer's
+order changed from process to process); tokenizing uses keras-hub's `WordPieceTokenizer`
+(tensorflow-text ops), the tokenizer a served model runs in its graph. keras-hub's own
+trainer (`compute_word_piece_vocabulary`) took 156 s on the 4,838 spam texts on a 2-core
+CPU; the `tokenizers` trainer under 2 s, this one 1.1 to 1.3 times as long.
 """
+
+import collections
+import heapq
 
 import numpy as np
 
@@ -19,19 +24,129 @@ PAD_ID = 0
 
 
 def train_vocabulary(texts, size, lowercase=True):
-    """Learns a WordPiece vocabulary of at most `size` pieces, padded to a multiple of 8."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    """Learns a WordPiece vocabulary of at most `size` pieces, padded to a multiple of 8:
+    the reserved tokens, then the learned pieces sorted.
 
-    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lowercase, strip_accents=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=size, special_tokens=RESERVED_TOKENS, show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    # The trainer's id order changes from process to process (hash-map order; the set
-    # of pieces was the same in every trial): sort, so a run's vocabulary, and so its
-    # model, is a function of its data alone.
-    learned = sorted(set(tokenizer.get_vocab()) - set(RESERVED_TOKENS))
-    return pad_to_multiple(RESERVED_TOKENS + learned, 8)
+    The words are BERT's (`word_counts`); the pieces are learned as the `tokenizers`
+    WordPiece trainer learns them, but here (`learn_pieces`), so that equally frequent
+    merges are chosen in the same order in every process: the same texts give the same
+    vocabulary, byte for byte."""
+    learned = learn_pieces(word_counts(texts, lowercase), size - len(RESERVED_TOKENS))
+    return pad_to_multiple(RESERVED_TOKENS + sorted(set(learned) - set(RESERVED_TOKENS)), 8)
+
+
+def word_counts(texts, lowercase=True):
+    """How often each word occurs in `texts`, split as BERT does (the BertNormalizer and
+    BertPreTokenizer of `tokenizers`). Both act a character at a time and split at every
+    space, so each distinct space-separated chunk is normalized and split once; a chunk of
+    letters and digits alone is one word."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lowercase, strip_accents=lowercase)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    chunks = collections.Counter()
+    for text in texts:
+        chunks.update(text.split(" "))
+    counts = collections.Counter()
+    for chunk, count in chunks.items():
+        for part in normalizer.normalize_str(chunk).split(" "):
+            if part.isalnum():
+                counts[part] += count
+            else:
+                for word, _ in pre_tokenizer.pre_tokenize_str(part):
+                    counts[word] += count
+    return counts
+
+
+def learn_pieces(counts, size):
+    """At most `size` pieces learned from `counts` (word -> count) by byte-pair merges, as
+    the `tokenizers` WordPiece trainer learns them (its BPE trainer with `##` on pieces
+    that continue a word): start from the characters; merge the most frequent adjacent pair
+    of pieces, in every word, into a new piece; repeat until there are `size` pieces or no
+    pairs. Equally frequent pairs (many, among rare ones) go by the pieces' ids, as there:
+    the pair of older pieces first. Ids go to the characters, then the `##` characters,
+    each by code point, then to pieces as they are learned; `tokenizers` numbers the `##`
+    characters in a hash map's order, which changes from process to process."""
+    merges = _Merges(counts)
+    heap = [merges.entry(pair) for pair in merges.pair_counts]
+    heapq.heapify(heap)
+    while len(merges.ids) < size and heap:
+        count, _, _, pair = heapq.heappop(heap)
+        current = merges.pair_counts.get(pair)
+        if current == -count:
+            for risen in merges.merge(pair):
+                heapq.heappush(heap, merges.entry(risen))
+        elif current:  # the count fell since: every pair keeps an entry at least its count
+            heapq.heappush(heap, merges.entry(pair))
+    return list(merges.ids)
+
+
+class _Merges:
+    """The training words as lists of pieces, the count of every adjacent pair, and the
+    pieces' ids."""
+
+    def __init__(self, counts):
+        self.words = [[w[0]] + ["##" + c for c in w[1:]] for w in sorted(counts)]
+        self.frequency = [counts[w] for w in sorted(counts)]
+        pieces = sorted({piece for word in self.words for piece in word}, key=lambda p: (p.startswith("##"), p))
+        self.ids = {piece: i for i, piece in enumerate(pieces)}
+        self.pair_counts = collections.Counter()
+        self.where = collections.defaultdict(set)  # pair -> indices of the words that may hold it
+        for i, word in enumerate(self.words):
+            for pair in zip(word, word[1:]):
+                self.pair_counts[pair] += self.frequency[i]
+                self.where[pair].add(i)
+
+    def entry(self, pair):
+        """`pair`'s heap entry: the most frequent first, then the one of lower ids."""
+        return -self.pair_counts[pair], self.ids[pair[0]], self.ids[pair[1]], pair
+
+    def merge(self, pair):
+        """Merges `pair` in every word into a new piece; returns the pairs whose count rose."""
+        merged = pair[0] + pair[1].removeprefix("##")
+        self.ids.setdefault(merged, len(self.ids))
+        change = collections.defaultdict(int)
+        for i in self.where.pop(pair):
+            self.words[i] = self._merge_word(i, pair, merged, change)
+        del self.pair_counts[pair]
+        risen = []
+        for changed, delta in change.items():
+            if delta and changed != pair:
+                self.pair_counts[changed] += delta
+                if delta > 0:
+                    risen.append(changed)
+                elif self.pair_counts[changed] <= 0:
+                    del self.pair_counts[changed]
+        return risen
+
+    def _merge_word(self, i, pair, merged, change):
+        """Word `i` with each `pair`, left to right, replaced by `merged`; the pairs lost and
+        formed go into `change` (pair -> count change), as in tokenizers' `Word::merge`."""
+        word, (first, second), weight = self.words[i], pair, self.frequency[i]
+        if first not in word:  # `where` may name words that no longer hold the pair
+            return word
+        result, start = [], 0
+        while True:
+            try:
+                j = word.index(first, start)
+            except ValueError:
+                break
+            if j + 1 == len(word) or word[j + 1] != second:
+                result.extend(word[start : j + 1])
+                start = j + 1
+                continue
+            result.extend(word[start:j])
+            if result:
+                change[result[-1], first] -= weight
+                change[result[-1], merged] += weight
+                self.where[result[-1], merged].add(i)
+            if j + 2 < len(word):
+                change[second, word[j + 2]] -= weight
+                change[merged, word[j + 2]] += weight
+                self.where[merged, word[j + 2]].add(i)
+            result.append(merged)
+            start = j + 2
+        return result + word[start:]
 
 
 def pad_to_multiple(vocabulary, multiple):
