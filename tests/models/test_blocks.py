@@ -51,3 +51,15 @@ def test_the_backward_pass_has_no_strided_slice_grad():
     for function in graph._functions.values():
         op_types |= {op.type for op in function.graph.get_operations()}
     assert "StridedSliceGrad" not in op_types
+
+
+def test_the_cross_attention_splits_keys_and_values_as_it_indexed_them():
+    from amptrain.models.blocks import Attention
+
+    layer = Attention(16, 2, dtype="float32")
+    context = tf.random.stateless_normal((2, 8, 16), seed=(3, 4))
+    layer(context, context, tf.ones((2, 8, 8), tf.bool))
+    key, value = layer.keys_values(context)
+    kv = ops.transpose(ops.reshape(layer.key_value(context), (2, 8, 2, 2, 8)), (2, 0, 3, 1, 4))
+    np.testing.assert_array_equal(key.numpy(), kv[0].numpy())
+    np.testing.assert_array_equal(value.numpy(), kv[1].numpy())

@@ -144,9 +144,12 @@ class Attention(keras.layers.Layer):
     def keys_values(self, context):
         """(batch, heads, length, head_dim) keys and values of `context` (batch, length, hidden)."""
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        kv = ops.reshape(self.key_value(context), (batch, length, 2, self.num_heads, self.head_dim))
-        kv = ops.transpose(kv, (2, 0, 3, 1, 4))
-        return kv[0], kv[1]
+        # A split, not indexing a stacked tensor: see MultiHeadSelfAttention.call.
+        key, value = (
+            ops.transpose(ops.reshape(part, (batch, length, self.num_heads, self.head_dim)), (0, 2, 1, 3))
+            for part in ops.split(self.key_value(context), 2, axis=-1)
+        )
+        return key, value
 
     def attend(self, x, key, value, mask, training=False):
         """`mask`: bool, (batch, query length, key length) or broadcastable; True keeps a key."""
