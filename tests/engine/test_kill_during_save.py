@@ -38,6 +38,7 @@ def test_a_kill_during_a_save_never_loses_the_run(tmp_path):
         out, _ = process.communicate()
         saved = [int(line.split()[1]) for line in out.splitlines() if line.startswith("saved")]
         last_saved = max([resumed, *saved])
+        print(f"trial {trial + 1}: resumed from {resumed}, {len(saved)} saves returned, killed after step {last_saved}")
     process = start(tmp_path)
     first = process.stdout.readline().split()
     process.kill()
