@@ -61,7 +61,7 @@ def measure_combination(spec):
     placement = distribute.select_strategy(config.runtime)
     task, model, trainer, policy = build_trainer(config, placement.strategy, fuse_step=spec.get("fuse_step", True))
     strategy = trainer.strategy
-    dataset = task.train_dataset(0) if spec["data"] == "real" else _one_batch_repeated(task.train_dataset(0))
+    dataset = task.train_dataset(0) if spec["data"] == "real" else one_batch_repeated(task.train_dataset(0))
     # Replica r gets slice r of each global batch, as in `amptrain fit`.
     iterator = iter(distribute_batches(strategy, lambda: dataset))
     spe = config.runtime.steps_per_execution
@@ -159,7 +159,7 @@ def one_batch_per_shape(task):
     return plan_dataset(Picked(), task.batch_builder(split), task.signature())
 
 
-def _one_batch_repeated(dataset, look_at=32):
+def one_batch_repeated(dataset, look_at=32):
     """The longest of the first `look_at` real batches, served from memory forever: the
     model's speed without the input pipeline's (`--data synthetic`)."""
     longest = max(dataset.take(look_at), key=lambda batch: int(batch[2][:, 1].numpy().max()))
