@@ -80,7 +80,7 @@ def build_amptrain(names, dropout, steps):
         # The longest of the first real batches, served from memory (`--data synthetic`).
         batches = one_batch_repeated(task.train_dataset(0))
         iterator = iter(distribute_batches(trainer.strategy, lambda batches=batches: batches))
-        for _ in range(8):  # trace, compile, warm up: its speed still rose over 2 calls (oneDNN caches)
+        for _ in range(8):  # trace, compile, warm up: after 2 calls its speed still rose round by round
             trainer.train(iterator, steps)
 
         # Padded tokens (batch x 128 here): the peer's batch is all real tokens, so both
