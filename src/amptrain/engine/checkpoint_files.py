@@ -19,6 +19,8 @@ import logging
 import os
 import re
 
+from amptrain.engine.run_log import atomic_write
+
 logger = logging.getLogger("amptrain")
 
 _FILE = re.compile(r"^(?P<name>.+)-(?P<step>\d+)\.(?:index|data-(?P<shard>\d+)-of-(?P<shards>\d+))$")
@@ -96,10 +98,7 @@ def repair_state_file(directory, prefixes):
     # TensorFlow's CheckpointState in its text format, paths relative to the folder.
     names = [os.path.basename(p) for p in prefixes]
     lines = [f'model_checkpoint_path: "{names[-1]}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in names]
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(temporary, path)  # atomic: a crash leaves the old state file or the new one
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def readable_state(directory):

@@ -62,32 +62,35 @@ class Checkpoints:
                 tracked[name] = trackable
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.max_to_keep = max_to_keep
+        self.restored_path = None  # the checkpoint `restore_latest` last restored
         self.manager = self._manager(directory, max_to_keep)
         self.best_manager = self._manager(os.path.join(directory, "best"), 1)
 
-    def _manager(self, directory, max_to_keep, listed=None):
-        """TensorFlow's manager of `directory`, whose state file first lists `listed` (by
-        default: the checkpoints on disk with an index, when the state file cannot be read)."""
-        if listed is not None or not readable_state(directory):
-            if listed is None:
-                listed = [p for p in reversed(step_prefixes(directory)) if os.path.exists(p + ".index")]
+    def _manager(self, directory, max_to_keep, up_to_step=None):
+        """TensorFlow's manager of `directory`. Its state file is first rewritten to list the
+        checkpoints on disk with an index (up to `up_to_step`) when it cannot be read, or when
+        `up_to_step` is given."""
+        if up_to_step is not None or not readable_state(directory):
+            listed = [
+                p
+                for p in reversed(step_prefixes(directory))
+                if os.path.exists(p + ".index") and (up_to_step is None or _step_of(p) <= up_to_step)
+            ]
             repair_state_file(directory, listed)
         return tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
 
     def restore_latest(self):
-        """Restores the newest intact checkpoint, if any; returns its step (0 when none)."""
-        path = self.latest_path()
-        if path is None:
+        """Restores the newest intact checkpoint, if any (its path: `restored_path`); returns
+        its step (0 when none)."""
+        self.restored_path = self.latest_path()
+        if self.restored_path is None:
             return 0
-        self.checkpoint.restore(path).assert_existing_objects_matched()
+        self.checkpoint.restore(self.restored_path).assert_existing_objects_matched()
+        step = int(self.step.numpy())
         if self.directory == self.source:
             # Damaged newer checkpoints leave the state file; the next saves replace their files.
-            step = int(self.step.numpy())
-            kept = [p for p in reversed(step_prefixes(self.directory)) if _step_of(p) <= step]
-            self.manager = self._manager(
-                self.directory, self.max_to_keep, [p for p in kept if os.path.exists(p + ".index")]
-            )
-        return int(self.step.numpy())
+            self.manager = self._manager(self.directory, self.max_to_keep, up_to_step=step)
+        return step
 
     def latest_path(self):
         """The newest intact checkpoint where restores read from (None when there is none)."""

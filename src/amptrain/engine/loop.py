@@ -164,7 +164,7 @@ class _Loop:
         step = start_step
         if step >= self.steps or self._stopped_early():
             return
-        if self.config.train.on_nonfinite == "restore" and self.checkpoints.latest_path() is None:
+        if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
             self.checkpoints.save()  # something to go back to before the first interval
         self.watch = NumericsWatch(self.trainer, self.log)
         # Signal handlers can only be set from the main thread (fit may run elsewhere).
@@ -234,8 +234,8 @@ class _Loop:
         raise NumericsError(self.watch.diagnosis(totals["stop"], step, self.config, self.checkpoints.latest_path()))
 
     def _restore(self, bad_step):
-        path = self.checkpoints.latest_path()
         step = self.checkpoints.restore_latest()
+        path = self.checkpoints.restored_path
         self.restores += 1
         # The checkpoint brought back its own factor; lower it from there.
         factor = float(self.lr_factor.numpy()) * self.config.train.restore_lr_factor

@@ -65,7 +65,7 @@ class MetricsLog:
         """Drops the records of steps after `step` (and test scores): they are made again."""
         if os.path.exists(self.path):
             kept = [r for r in read_metrics(self.path) if _kept_on_resume(r, step)]
-            _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record):
         record = {key: _json_value(value) for key, value in record.items()}
@@ -88,7 +88,9 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _atomic_write(path, text):
+def atomic_write(path, text):
+    """Writes `text` to `path` through a temporary file and a rename: a crash leaves the old
+    file or the new one, never half of one."""
     temporary = path + ".tmp"
     with open(temporary, "w", encoding="utf-8") as f:
         f.write(text)

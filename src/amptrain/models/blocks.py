@@ -52,6 +52,23 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         }
 
 
+# Read by `amptrain audit` (models/islands.py); the casts in `scaled_dot_product` say the same.
+SOFTMAX_REASON = "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
+
+
+def split_heads(projected, parts, num_heads, head_dim):
+    """The `parts` tensors (batch, heads, length, head_dim) of a projection (batch, length,
+    parts * heads * head_dim): queries, keys and values side by side in its columns.
+
+    A split, not indexing one (parts, batch, heads, length, head_dim) tensor: the gradient of
+    a split is one concat, while each index's gradient (StridedSliceGrad) writes a zero tensor
+    of the whole projection's size and an AddN sums them, which was a fifth of a step's time
+    without XLA (benchmarks/bf16_vs_peer.py). Same columns, same weights."""
+    batch, length = ops.shape(projected)[0], ops.shape(projected)[1]
+    pieces = ops.split(projected, parts, axis=-1) if parts > 1 else [projected]
+    return [ops.transpose(ops.reshape(p, (batch, length, num_heads, head_dim)), (0, 2, 1, 3)) for p in pieces]
+
+
 def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training=False):
     """softmax(q·kᵀ / sqrt(d)) · v over the keys `keep` says (bool, broadcastable to
     (batch, heads, query, key); None: all), with the softmax in float32. Queries, keys and
@@ -74,10 +91,7 @@ def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over unmasked keys."""
 
-    # Read by `amptrain audit` (models/islands.py); the casts in `call` say the same.
-    float32_reason = (
-        "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
-    )
+    float32_reason = SOFTMAX_REASON
 
     def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
@@ -95,15 +109,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.output_dense.build(input_shape)
 
     def call(self, x, padding_mask=None, training=False):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        # A split, not indexing one (3, batch, heads, length, head_dim) tensor: the gradient
-        # of a split is one concat, while each index's gradient (StridedSliceGrad) writes a
-        # zero tensor of the whole qkv size and an AddN sums the three, which was a fifth of
-        # a step's time without XLA (benchmarks/bf16_vs_peer.py). Same columns, same weights.
-        query, key, value = (
-            ops.transpose(ops.reshape(part, (batch, length, self.num_heads, self.head_dim)), (0, 2, 1, 3))
-            for part in ops.split(self.qkv(x), 3, axis=-1)
-        )  # each (batch, heads, length, head_dim)
+        query, key, value = split_heads(self.qkv(x), 3, self.num_heads, self.head_dim)
         keep = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
         context = scaled_dot_product(query, key, value, keep, self.compute_dtype, self.attention_dropout, training)
         return self.output_dense(context)  # (batch, length, hidden)
@@ -121,9 +127,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 class Attention(keras.layers.Layer):
     """Multi-head attention of queries `x` over keys and values made from `context`."""
 
-    float32_reason = (
-        "the masked softmax: exp() of fp16 scores overflows past 11, and the -1e9 mask is beyond fp16's range"
-    )
+    float32_reason = SOFTMAX_REASON
 
     def __init__(self, hidden_dim, num_heads, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
@@ -143,19 +147,12 @@ class Attention(keras.layers.Layer):
 
     def keys_values(self, context):
         """(batch, heads, length, head_dim) keys and values of `context` (batch, length, hidden)."""
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        # A split, not indexing a stacked tensor: see MultiHeadSelfAttention.call.
-        key, value = (
-            ops.transpose(ops.reshape(part, (batch, length, self.num_heads, self.head_dim)), (0, 2, 1, 3))
-            for part in ops.split(self.key_value(context), 2, axis=-1)
-        )
+        key, value = split_heads(self.key_value(context), 2, self.num_heads, self.head_dim)
         return key, value
 
     def attend(self, x, key, value, mask, training=False):
         """`mask`: bool, (batch, query length, key length) or broadcastable; True keeps a key."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        query = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_dim))
-        query = ops.transpose(query, (0, 2, 1, 3))
+        (query,) = split_heads(self.query(x), 1, self.num_heads, self.head_dim)
         context = scaled_dot_product(
             query, key, value, mask[:, None], self.compute_dtype, self.attention_dropout, training
         )

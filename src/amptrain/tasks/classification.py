@@ -156,8 +156,7 @@ class ClassificationTask(TextTask):
         split = text_split(
             "input", "input", examples, [0] * len(texts), self.encode_texts(texts), self.config.data.max_length
         )
-        split.boundaries = self.bucket_lengths(split.lengths)
-        probabilities = self.probabilities(predict, split)
+        probabilities = self.probabilities(predict, self.own_buckets(split))
         records = []
         for text, probs in zip(texts, probabilities):
             prediction = self._prediction(probs.argmax(), probs)

@@ -240,8 +240,7 @@ class NerTask(TextTask):
         predicted = iter([])
         if sentences:
             split = self._encode("input", "input", sentences, [[0] * len(s.words) for s in sentences])
-            split.boundaries = self.bucket_lengths(split.lengths)
-            predicted = iter(self.predicted_tags(predict, split))
+            predicted = iter(self.predicted_tags(predict, self.own_buckets(split)))
         return [_record(text, m, next(predicted) if m else []) for text, m in zip(texts, matches)]
 
 

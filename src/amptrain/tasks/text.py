@@ -99,8 +99,13 @@ class TextTask(Task):
 
     def _add_own_split(self, split):
         """Keeps a split read after `prepare` (`add_split`), padded to buckets of its own lengths."""
+        self.splits[split.name] = self.own_buckets(split)
+
+    def own_buckets(self, split):
+        """`split`, its batches padded to buckets of its own lengths (a file or texts given
+        after `prepare`: `add_split`, `predict_texts`)."""
         split.boundaries = self.bucket_lengths(split.lengths)
-        self.splits[split.name] = split
+        return split
 
     # === Batches ===
 
