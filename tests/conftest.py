@@ -4,10 +4,13 @@ import csv
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The precision probe's cache (precision/probe.py): the tests' own, never a developer's.
+os.environ["AMPTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="amptrain-test-cache-")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPAM = os.path.join(ROOT, "data", "classify-spam")

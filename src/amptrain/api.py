@@ -43,37 +43,25 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
 def _fit(config, run_dir, write_dir, cluster):
     from amptrain import distribute
     from amptrain.engine.run_log import setup_logging
-    from amptrain.precision import check_numerics
+    from amptrain.precision import check_numerics, probe
     from amptrain.tasks import create_task
 
     # Only the chief reports progress on the terminal; the others their warnings and errors.
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
     task = create_task(config, run_dir)
-    distribute.configure_devices(config.runtime)
-    if cluster.is_multi_worker:
-        # The strategy must exist before TensorFlow runs anything (it sets up the
-        # collectives). The chief learns the vocabulary and labels into the run folder
-        # first; the others then read them, so every worker tokenises alike.
-        placement = distribute.select_strategy(config.runtime, cluster)
-        distribute.check_split(config, placement.strategy)
-        if cluster.is_chief:
-            task.prepare()
-        distribute.barrier(placement.strategy)
-        if not cluster.is_chief:
-            task.prepare()
-    else:
-        placement = distribute.select_strategy(config.runtime, cluster)
-        distribute.check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
-        task.prepare()  # reads and checks the data: a bad row stops the run here
-    distribute.check_split(config, placement.strategy, task)
+    placement, choice = _prepare(config, task, cluster, run_dir)
+    logger.info(probe.summary(choice))
+    config = task.config = probe.apply(config, choice)
 
     try:
         if not config.runtime.check_numerics:
-            test_metrics = _train(task, config, run_dir, write_dir, cluster, placement)
+            test_metrics = _train(task, config, run_dir, write_dir, cluster, placement, choice)
         else:
             try:
-                test_metrics = _train(task, check_numerics.enable(config), run_dir, write_dir, cluster, placement)
+                test_metrics = _train(
+                    task, check_numerics.enable(config), run_dir, write_dir, cluster, placement, choice
+                )
             finally:
                 # Process-wide for this thread: a later fit in the same process must not inherit it.
                 check_numerics.disable()
@@ -93,7 +81,53 @@ def _fit(config, run_dir, write_dir, cluster):
     return {"run_dir": run_dir, "test": test_metrics}
 
 
-def _train(task, config, run_dir, write_dir, cluster, placement):
+def _prepare(config, task, cluster, run_dir):
+    """Reads the data, learns (or reads) the vocabulary, chooses the strategy and decides
+    the precision (`precision.probe`). Returns (placement, precision decision)."""
+    from amptrain import distribute
+    from amptrain.engine.probe_run import decide_for_run
+
+    distribute.configure_devices(config.runtime)
+    if cluster.is_multi_worker:
+        # The strategy must exist before TensorFlow runs anything (it sets up the
+        # collectives). The chief learns the vocabulary and labels into the run folder
+        # first; the others then read them, so every worker tokenises alike.
+        placement = distribute.select_strategy(config.runtime, cluster)
+        distribute.check_split(config, placement.strategy)
+        # So does the precision: the chief decides (measuring on its own device if need
+        # be) and the others read its decision.
+        if cluster.is_chief:
+            import tensorflow as tf
+
+            task.prepare()
+            choice = decide_for_run(config, task, tf.distribute.get_strategy(), run_dir)
+        distribute.barrier(placement.strategy)
+        if not cluster.is_chief:
+            task.prepare()
+            choice = _chiefs_choice(run_dir)
+        distribute.check_split(config, placement.strategy, task)
+    else:
+        placement = distribute.select_strategy(config.runtime, cluster)
+        distribute.check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
+        task.prepare()  # reads and checks the data: a bad row stops the run here
+        distribute.check_split(config, placement.strategy, task)
+        choice = decide_for_run(config, task, placement.strategy, run_dir)
+    return placement, choice
+
+
+def _chiefs_choice(run_dir):
+    from amptrain.precision import probe
+
+    record = probe.read_record(os.path.join(run_dir, probe.RECORD_FILE))
+    if record is None:
+        raise UserError(
+            f"{run_dir}/{probe.RECORD_FILE}: the chief's precision decision is not readable here; "
+            "every worker must see the run folder (as for the vocabulary)"
+        )
+    return record
+
+
+def _train(task, config, run_dir, write_dir, cluster, placement, choice):
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
@@ -102,7 +136,8 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
     from amptrain.precision import check_numerics
 
     seed(config.runtime)
-    model, policy, reason = task.create_model(placement.strategy)
+    model, policy, _ = task.create_model(placement.strategy)
+    reason = choice["reason"]
     job = Job(
         model=model,
         loss_fn=task.loss,
@@ -114,7 +149,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement):
         has_test="test" in task.splits,
     )
     try:
-        return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir)
+        return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)
     except Exception as error:
         if config.runtime.check_numerics and check_numerics.detected(error):
             raise NumericsError(check_numerics.explain(error, model)) from error
@@ -164,12 +199,13 @@ def load_run(run_dir, split_names):
 
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.trainer import Trainer
+    from amptrain.precision import probe
     from amptrain.tasks import create_task
 
     saved_path = os.path.join(run_dir, "config.toml")
     if not os.path.exists(saved_path):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    config = config_lib.load_config(saved_path, base_dir=run_dir)
+    config = probe.resolved_for(config_lib.load_config(saved_path, base_dir=run_dir), run_dir)
     task = create_task(config, run_dir)
     task.prepare(split_names)
     model, _, _ = task.create_model()

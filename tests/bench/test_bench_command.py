@@ -55,6 +55,38 @@ def test_memory_sizes():
         parse_memory("lots")
 
 
+def test_bench_says_which_row_auto_would_choose(monkeypatch):
+    from amptrain import config as config_lib
+    from amptrain.bench.runner import auto_choice
+    from amptrain.precision import probe
+
+    amx = probe.Hardware(cpu_flags=frozenset({"amx_bf16", "avx512_bf16"}))
+    monkeypatch.setattr(probe.Hardware, "detect", classmethod(lambda cls: amx))
+    train = str(__import__("pathlib").Path(__file__).parents[2] / "data" / "classify-spam" / "train.csv")
+    config = config_lib.config_from_dict(
+        {"data": {"train": train}, "runtime": {"steps_per_execution": 4}, "train": {"batch_size": 8}}
+    )
+    rows = [
+        row("float32", False, 1, 100.0),
+        row("float32", True, 1, 150.0),
+        row("mixed_bfloat16", False, 1, 140.0),
+        row("float32", False, 20, 110.0),
+        row("float32", True, 20, 120.0),
+        row("mixed_bfloat16", False, 20, 300.0),
+        row("mixed_bfloat16", True, 20, 301.0),
+        row("mixed_float16", False, 20, 999.0),  # never a candidate on a CPU
+        row("mixed_bfloat16", True, 20, 500.0, batch=16),  # not the config's batch
+    ]
+    # spe 20 is nearer the config's 4 than 1 is not: |1-4| < |20-4|, so the spe-1 rows decide
+    assert auto_choice(config, rows).startswith("auto would choose float32+XLA (fastest measured: float32+XLA 150")
+    assert "not in this grid: bf16+XLA" in auto_choice(config, rows)
+    config = config_lib.config_from_dict(
+        {"data": {"train": train}, "runtime": {"steps_per_execution": 16}, "train": {"batch_size": 8}}
+    )
+    # bf16 300 and bf16+XLA 301 tie: XLA off wins
+    assert auto_choice(config, rows).startswith("auto would choose bf16 (bf16 300 tokens/s, within 3%")
+
+
 @pytest.mark.slow
 def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     status = main(
@@ -102,6 +134,8 @@ def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     assert "matrix product, measured in this run" in report and "| MFU |" in report
     assert (bench / "throughput.png").stat().st_size > 0 and (bench / "memory.png").stat().st_size > 0
     assert "real tok/s" in out and "results in" in out
+    assert "auto would choose float32 (" in out and "rows at steps_per_execution 1" in out
+    assert results["auto_choice"] + "." in report
 
 
 def test_bad_lists_are_refused(tiny, capsys):

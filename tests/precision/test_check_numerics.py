@@ -179,7 +179,9 @@ def test_enable_turns_xla_off_and_says_why(amptrain_log):
 
 
 def test_enable_without_xla_says_nothing_of_it_and_warns_of_a_dynamic_fp16_scale(amptrain_log):
-    config = Config(precision=PrecisionConfig(policy="mixed_float16"), runtime=RuntimeConfig(check_numerics=True))
+    config = Config(
+        precision=PrecisionConfig(policy="mixed_float16"), runtime=RuntimeConfig(check_numerics=True, jit_compile=False)
+    )
     try:
         assert check_numerics.enable(config) == config
     finally:

@@ -81,6 +81,8 @@ def bench(args):
     for precision, found in results.get("max_batch", {}).items():
         print(f"largest batch that fits, {precision}: {found['largest']}")
     print(f"peak: {results['peak_flops'] / 1e9:,.1f} GFLOP/s ({results['peak_source']})")
+    if results.get("auto_choice"):
+        print(results["auto_choice"])
     print(f"results in {out_dir}: results.json, report.md, " + ", ".join(_plots(out_dir)))
     return 0
 

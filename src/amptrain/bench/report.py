@@ -131,6 +131,8 @@ def markdown_report(results, plots):
         format_table(results["rows"], markdown=True),
         "",
     ]
+    if results.get("auto_choice"):
+        lines += [results["auto_choice"] + ".", ""]
     lines += [f"![{name}]({name})" for name in plots]
     return "\n".join(lines) + "\n"
 

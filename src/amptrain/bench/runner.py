@@ -154,6 +154,9 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
         config.train.batch_size,
         config.data.tokens_per_batch,
     )
+    choice = auto_choice(config, rows)
+    if choice:
+        progress(choice)
     float32_peak = peaks.get("float32") or next(iter(peaks.values()))
     results = {
         "config": os.path.abspath(config_path),
@@ -166,9 +169,42 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
         "peaks": {p: {"flops": f, "source": s} for p, (f, s) in peaks.items()},
         "environment": report.environment(),
         "rows": rows,
+        "auto_choice": choice,
     }
     report.write_all(results, out_dir)
     return results
+
+
+def auto_choice(config, rows):
+    """What `auto` would choose from this bench's rows (None when they hold no candidate):
+    the precision probe's candidates for `config` on this machine (`precision/probe.py`;
+    a key the config names stays as named), compared at the config's batch size and the
+    grid's steps per execution nearest the config's, by the probe's rule."""
+    from amptrain.precision import probe
+
+    found, _ = probe.candidates(config, probe.Hardware.detect())
+    batch = config.train.batch_size if not config.data.tokens_per_batch else None
+    usable = [r for r in rows if r["batch_size"] == batch or config.data.tokens_per_batch]
+    if not usable:
+        return None
+    wanted = config.runtime.steps_per_execution
+    spe = min({r["steps_per_execution"] for r in usable}, key=lambda n: (abs(n - wanted), n))
+    speeds = {
+        probe.Candidate(r["precision"], r["jit"]): [r["real_tokens_per_second"]]
+        for r in usable
+        if r["steps_per_execution"] == spe
+    }
+    measured = {c: speeds[c] for c in found if c in speeds}
+    chosen, why = probe.choose(measured, found) if measured else (None, "")
+    if chosen is None:
+        return None
+    missing = [c.label() for c in found if c not in speeds]
+    return (
+        f"auto would choose {chosen.label()} ({why}; rows at steps_per_execution {spe}"
+        + (f", config's {wanted}" if spe != wanted else "")
+        + (f"; not in this grid: {', '.join(missing)}" if missing else "")
+        + ")"
+    )
 
 
 def parse_memory(text):

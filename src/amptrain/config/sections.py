@@ -4,7 +4,8 @@ keys allow, and the groups of keys that other modules treat alike."""
 import dataclasses
 from dataclasses import dataclass, field
 
-POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+CONCRETE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+POLICIES = (*CONCRETE_POLICIES, "auto")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 TASK_NAMES = ("classification", "ner", "translation")
 # The file formats each task reads ("auto": from the file's extension).
@@ -67,7 +68,10 @@ class DecodeConfig:
 
 @dataclass(frozen=True)
 class PrecisionConfig:
+    # "auto": measured at the start of the run (precision/probe.py) among `allow`
     policy: str = "auto"
+    # the policies "auto" may choose (and the probe may try); a named policy must be one of them
+    allow: list = field(default_factory=lambda: list(CONCRETE_POLICIES))
     # "auto": dynamic under mixed_float16, none otherwise; "dynamic"; "none"; or a number (fixed)
     loss_scale: str | float = "auto"
     initial_scale: float = 2.0**15
@@ -89,7 +93,8 @@ class RuntimeConfig:
     cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
     tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
     collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
-    jit_compile: bool = False
+    # true | false | "auto": measured with the precision at the start of the run (precision/probe.py)
+    jit_compile: bool | str = "auto"
     steps_per_execution: int = 1
     seed: int = 0
     deterministic: bool = False

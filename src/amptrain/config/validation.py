@@ -5,6 +5,7 @@ import math
 import os
 
 from amptrain.config.sections import (
+    CONCRETE_POLICIES,
     LOSS_SCALES,
     ON_NONFINITE,
     PATH_KEYS,
@@ -84,6 +85,19 @@ def validate(config):
     require(c.dev_sentences >= 0, "decode.dev_sentences", "an integer >= 0 (0: all)", c.dev_sentences)
     require(c.batch_size >= 1, "decode.batch_size", "an integer >= 1", c.batch_size)
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
+    require(
+        bool(p.allow) and all(a in CONCRETE_POLICIES for a in p.allow) and len(set(p.allow)) == len(p.allow),
+        "precision.allow",
+        f"a list of distinct policies from {CONCRETE_POLICIES}",
+        p.allow,
+    )
+    require(
+        p.policy == "auto" or p.policy in p.allow,
+        "precision.policy",
+        f'a policy that precision.allow lists ({", ".join(p.allow)}) or "auto"',
+        p.policy,
+    )
+    require(r.jit_compile in (True, False, "auto"), "runtime.jit_compile", 'true, false or "auto"', r.jit_compile)
     _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
     require(

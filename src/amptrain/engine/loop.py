@@ -55,11 +55,12 @@ class Job:
     has_test: bool = True
 
 
-def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None):
+def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None, choice=None):
     """Trains (or resumes) and scores the test split with the best checkpoint. `placement`:
     the strategy and why (`distribute.select_strategy`), whose replicas can share the
     global batch (`api` checks that before any work: `distribute.check_split`).
 
+    `choice`: the precision decision (`precision.probe.decide`) for the run record.
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     write_dir = write_dir or run_dir
@@ -82,7 +83,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     start_step = checkpoints.restore_latest()
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
-    log.write(_run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps))
+    record = _run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
+    log.write({**record, "precision_choice": choice})
     _announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
     eval_every = config.train.eval_every or steps_per_epoch
     loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)

@@ -50,7 +50,7 @@ def enable(config):
     """Turns check-numerics on (this thread) and returns `config` with XLA off."""
     tf.debugging.enable_check_numerics()
     line = "check-numerics is on: the first NaN or inf any op produces stops the run, naming the op and its layer"
-    if config.runtime.jit_compile:
+    if config.runtime.jit_compile is True:  # "auto" was resolved before (precision/probe.py)
         line += "; XLA is off for this run (runtime.jit_compile = false): XLA cannot compile the check-numerics ops"
     logger.info(line)
     p = config.precision

@@ -67,6 +67,17 @@ def cpu_flags_from_proc(path="/proc/cpuinfo"):
     return set()
 
 
+def cpu_model_name(path="/proc/cpuinfo"):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def uses_loss_scaling(policy):
     """fp16's 5 exponent bits lose small gradients to underflow; bf16 has float32's range."""
     return policy == "mixed_float16"

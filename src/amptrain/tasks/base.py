@@ -101,14 +101,15 @@ class Task(abc.ABC):
     def build_model(self, dtype):
         """The Keras model, every layer given `dtype` (a policy name); float32 islands say why."""
 
-    def create_model(self, strategy=None):
-        """(model, policy, why): the config's precision policy chosen and the model built
-        under `strategy`'s scope (its variables are then the strategy's)."""
+    def create_model(self, strategy=None, policy=None):
+        """(model, policy, why): the config's precision policy chosen (or `policy`, the
+        precision probe's candidate) and the model built under `strategy`'s scope (its
+        variables are then the strategy's)."""
         import contextlib
 
         from amptrain.precision.policy import select_policy
 
-        policy, reason = select_policy(self.config.precision.policy)
+        policy, reason = select_policy(policy or self.config.precision.policy)
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model = self.build_model(policy)
         return model, policy, reason

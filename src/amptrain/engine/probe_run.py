@@ -1,0 +1,143 @@
+"""The precision probe's measurement: a few compiled training steps of the run's own model
+on its own dominant batch shape, under each candidate (`precision/probe.py` decides).
+
+    results, seconds, shape = measure_candidates(task, config, strategy, found)
+    # {Candidate: [tokens/s of each round] or "error text"}
+
+Each candidate gets its own model and training parts, built the way `amptrain fit`
+builds them (`engine.build`), one compiling graph call and `WARMUP_CALLS` more; then
+`ROUNDS` rounds, the candidates alternating within a round so that a machine's slow spell
+hits them all, each round at least `ROUND_STEPS` steps, after one more round that is not
+counted (on a Xeon every candidate's first round after its warm-up ran at a third of its
+later speed: spam config, 9,074 then 32,005-34,331 tokens/s in float32). After the first
+counted round a candidate under half the fastest's speed is dropped (it cannot win). The
+cost, per candidate: one compilation and `steps_per_execution * (1 + WARMUP_CALLS) +
+(ROUNDS + 1) * ROUND_STEPS` steps or so, on one batch shape (the real run compiles the
+others later).
+"""
+
+import gc
+import logging
+import time
+
+from amptrain.precision.probe import apply
+
+logger = logging.getLogger("amptrain")
+
+WARMUP_CALLS = 2
+ROUNDS = 3
+ROUND_STEPS = 8
+
+
+def dominant_batch(task):
+    """(dataset repeating one real training batch, its shape): the batch of the padded
+    length that carries the most padded tokens over an epoch, the shape most of a run's
+    time goes to."""
+    from amptrain.data.pipeline import plan_dataset
+
+    split = task.splits["train"]
+    plan = task.plan(split, shuffle=True)
+    tokens, first = {}, {}
+    for step in range(plan.steps_per_epoch):
+        indices, length = plan.batch(step)[:2]
+        key = length if isinstance(length, int) else tuple(length)
+        tokens[key] = tokens.get(key, 0) + len(indices) * (sum(key) if isinstance(key, tuple) else key)
+        first.setdefault(key, step)
+    length = max(tokens, key=tokens.get)
+    step = first[length]
+    rows = len(plan.batch(step)[0])
+
+    class One:
+        steps_per_epoch = 1
+
+        def batch(self, index):
+            return plan.batch(step)
+
+    dataset = plan_dataset(One(), task.batch_builder(split), task.signature()).repeat()
+    return dataset, (rows, *(length if isinstance(length, tuple) else (length,)))
+
+
+def measure_candidates(task, config, strategy, found, progress=None):
+    """({Candidate: [tokens/s a round] or an error string}, seconds, batch shape)."""
+    import keras
+
+    from amptrain.distribute import distribute_batches
+    from amptrain.engine.build import build_training, seed
+
+    progress = progress or logger.info
+    started = time.perf_counter()
+    dataset, shape = dominant_batch(task)
+    iterator = iter(distribute_batches(strategy, lambda: dataset))
+    spe = config.runtime.steps_per_execution
+    calls = max(1, -(-ROUND_STEPS // spe))
+    progress(
+        f"precision probe: {len(found)} candidates ({', '.join(c.label() for c in found)}) on batches of "
+        f"{' x '.join(map(str, shape))}, {ROUNDS} rounds of {calls * spe} steps each after warm-up"
+    )
+    trainers, results = {}, {}
+    for candidate in found:
+        trial = apply(config, {"policy": candidate.policy, "jit_compile": candidate.jit_compile})
+        began = time.perf_counter()
+        try:
+            seed(trial.runtime)
+            model, _, _ = task.create_model(strategy, policy=candidate.policy)
+            parts = build_training(model, task.loss, trial, strategy, candidate.policy, total_steps=10**6)
+            for _ in range(1 + WARMUP_CALLS):
+                parts.trainer.train(iterator, spe)
+            trainers[candidate] = parts.trainer
+            results[candidate] = []
+            ready = time.perf_counter() - began
+            progress(f"precision probe: {candidate.label()} built, compiled and warmed up in {ready:.1f} s")
+        except Exception as error:  # a candidate that cannot run here is reported, not fatal
+            results[candidate] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+            progress(f"precision probe: {candidate.label()} failed ({results[candidate]})")
+    for round_index in range(ROUNDS + 1):
+        for candidate, trainer in trainers.items():
+            speed = _tokens_per_second(trainer, iterator, spe, calls)
+            if round_index:  # the first round is untimed: each candidate ran 3-4x slower in it
+                results[candidate].append(speed)
+        if round_index == 1 and trainers:
+            for slow in _slow(results, trainers):
+                progress(f"precision probe: {slow.label()} under half the fastest's speed, not timed again")
+                del trainers[slow]
+    trainers.clear()
+    keras.backend.clear_session()  # the run's model is named as if no probe had run
+    gc.collect()
+    return results, time.perf_counter() - started, shape
+
+
+def _tokens_per_second(trainer, iterator, spe, calls):
+    tokens, began = 0, time.perf_counter()
+    for _ in range(calls):
+        tokens += int(trainer.train(iterator, spe)["tokens"][0])  # numpy: the call has finished
+    return tokens / (time.perf_counter() - began)
+
+
+def _slow(results, timed):
+    """The timed candidates whose first round ran under half the fastest's speed."""
+    fastest = max(results[c][0] for c in timed)
+    return [c for c in list(timed) if results[c][0] < fastest / 2]
+
+
+def decide_for_run(config, task, strategy, run_dir, write=True):
+    """The run's precision decision (`precision.probe.decide`): the run folder's on resume,
+    else named, rule, cached or measured here under `strategy`; written to the run
+    folder's `precision.json` when `write` (the chief)."""
+    import os
+
+    from amptrain.precision import probe
+
+    path = os.path.join(run_dir, probe.RECORD_FILE)
+    hardware = probe.Hardware.detect()
+    planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
+    record = probe.decide(
+        config,
+        hardware,
+        planned,
+        key_fn=lambda found: probe.cache_key(hardware, config, dominant_batch(task)[1], found),
+        measure=lambda found: measure_candidates(task, config, strategy, found),
+        recorded=probe.read_record(path),
+    )
+    if write:
+        probe.write_record(path, record)
+    return record

@@ -1,0 +1,304 @@
+"""`precision.policy = "auto"` and `runtime.jit_compile = "auto"`: chosen by measuring.
+
+Which precision and whether XLA pays differs by machine and by model: on a Xeon with AMX,
+bf16 without XLA is the fastest and bf16 with XLA the slowest (XLA:CPU lowers bf16 matrix
+products to float32 there); on a CPU without bf16 units half precision is emulated. So a
+run whose policy or `jit_compile` is "auto" times a few compiled steps of its own model on
+its own dominant batch shape under each candidate (`engine/probe_run.py`) and trains
+with the fastest. This module holds everything but the timing:
+
+    hardware = Hardware.detect()
+    found = candidates(config, hardware)            # [Candidate], {excluded: why}
+    choice, why = choose({c: [tokens/s, ...] or "error" for c in found[0]})
+    record = decide(config, hardware, planned_steps, key, measure)   # cache, rule, or probe
+
+The choice is cached per machine, model and batch shape (`cache_dir()`), written into the
+run folder (`precision.json`, reused on resume) and skipped when the user names both the
+policy and `jit_compile`, when only one candidate is left, or when the run is too short
+to pay for the probe (`MIN_STEPS`; the hardware rule decides then).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+
+from amptrain.config.sections import CONCRETE_POLICIES
+
+# A run shorter than this many steps is not worth probing: the hardware rule decides.
+MIN_STEPS = 300
+# Medians within this fraction of the fastest are a tie, won by the earlier candidate in
+# `candidates`' order: float32 before bf16 before fp16, XLA off before on. Mixed precision
+# and XLA must pay by more than the noise of a shared machine to be chosen.
+TIE = 0.03
+SHORT_NAMES = {"float32": "float32", "mixed_bfloat16": "bf16", "mixed_float16": "fp16"}
+RECORD_FILE = "precision.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    policy: str
+    jit_compile: bool
+
+    def label(self):
+        return SHORT_NAMES[self.policy] + ("+XLA" if self.jit_compile else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """What the candidates depend on: the accelerators (`policy.describe_devices`) and the
+    CPU's flags, model name and core count."""
+
+    devices: tuple = ()
+    cpu_flags: frozenset = frozenset()
+    cpu_model: str = ""
+    cores: int = 0
+
+    @classmethod
+    def detect(cls):
+        from amptrain.precision.policy import cpu_flags_from_proc, cpu_model_name, describe_devices
+
+        return cls(tuple(describe_devices()), frozenset(cpu_flags_from_proc()), cpu_model_name(), os.cpu_count() or 0)
+
+    def accelerators(self):
+        return [d for d in self.devices if d["type"] in ("GPU", "TPU")]
+
+    def describe(self):
+        """The identity of the machine for the cache key and the record."""
+        bf16 = sorted(self.cpu_flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16"})
+        accelerators = [
+            f"{d['type']} {d.get('device_name') or ''} {d.get('compute_capability') or ''}".strip()
+            for d in self.accelerators()
+        ]
+        return {"cpu": self.cpu_model, "cores": self.cores, "cpu_flags": bf16, "accelerators": accelerators}
+
+
+def can_pay(policy, hardware):
+    """(True, "") if `policy` can be faster than float32 on `hardware`, else (False, why).
+    fp16 never on a CPU (emulated; several times slower on these machines), bf16 on a CPU
+    only with AVX512_BF16 or AMX."""
+    if policy == "float32":
+        return True, ""
+    accelerators = hardware.accelerators()
+    if any(d["type"] == "TPU" for d in accelerators):
+        return (policy == "mixed_bfloat16"), "TPUs have no float16 matrix units"
+    gpus = [d for d in accelerators if d["type"] == "GPU"]
+    if gpus:
+        capability = min(d.get("compute_capability") or (0, 0) for d in gpus)
+        needed = (8, 0) if policy == "mixed_bfloat16" else (7, 0)
+        return capability >= needed, f"GPU compute capability {capability[0]}.{capability[1]} < {needed[0]}.0"
+    if policy == "mixed_float16":
+        return False, "a CPU has no float16 matrix units: float16 is emulated"
+    if hardware.cpu_flags & {"avx512_bf16", "amx_bf16"}:
+        return True, ""
+    return False, "CPU without AVX512_BF16 or AMX: bfloat16 is emulated"
+
+
+def candidates(config, hardware):
+    """([Candidate] in preference order, {label: why it is not tried})."""
+    p, r = config.precision, config.runtime
+    excluded = {}
+    if p.policy != "auto":
+        policies = [p.policy]
+    else:
+        policies = []
+        for policy in CONCRETE_POLICIES:
+            ok, why = can_pay(policy, hardware)
+            if policy not in p.allow:
+                excluded[SHORT_NAMES[policy]] = "not in precision.allow"
+            elif not ok:
+                excluded[SHORT_NAMES[policy]] = why
+            else:
+                policies.append(policy)
+        if not policies:  # allow names only policies that cannot pay here: try them anyway
+            policies = [q for q in CONCRETE_POLICIES if q in p.allow]
+            excluded = {k: v for k, v in excluded.items() if v == "not in precision.allow"}
+    if r.check_numerics:
+        jits = [False]  # XLA cannot compile the check-numerics ops
+    elif r.jit_compile == "auto":
+        jits = [False, True]
+    else:
+        jits = [bool(r.jit_compile)]
+    return [Candidate(policy, jit) for policy in policies for jit in jits], excluded
+
+
+def rule(config, hardware):
+    """(Candidate, why) without measuring: the hardware rule (`policy.select_policy`)
+    within `precision.allow`, and XLA on accelerators only. On a CPU XLA is off: its
+    compilation does not pay on a short run, and on AMX it turns bf16 products into
+    float32 ones."""
+    from amptrain.precision.policy import select_policy
+
+    p, r = config.precision, config.runtime
+    if p.policy != "auto":
+        policy, why = p.policy, "named in precision.policy"
+    else:
+        policy, why = select_policy("auto", list(hardware.devices), set(hardware.cpu_flags))
+        if policy not in p.allow:
+            policy = "float32" if "float32" in p.allow else p.allow[0]
+            why += f"; not in precision.allow, so {policy}"
+    if r.check_numerics:
+        jit = False
+    elif r.jit_compile == "auto":
+        jit = bool(hardware.accelerators())
+        why += "; XLA " + ("on: an accelerator" if jit else "off on a CPU")
+    else:
+        jit = bool(r.jit_compile)
+    return Candidate(policy, jit), why
+
+
+def choose(results, order=None):
+    """(Candidate or None, why) from {Candidate: [tokens/s of each round] or an error
+    string}: the fastest median, the earlier candidate in `order` (default: the dict's
+    order) within `TIE` of it. None when every candidate failed."""
+    order = list(order or results)
+    medians = {c: statistics.median(v) for c, v in results.items() if not isinstance(v, str) and v}
+    medians = {c: m for c, m in medians.items() if m > 0}
+    if not medians:
+        return None, "every candidate failed"
+    fastest = max(medians, key=medians.get)
+    chosen = next(c for c in order if c in medians and medians[c] >= medians[fastest] * (1 - TIE))
+    runner_up = max((c for c in medians if c != chosen), key=medians.get, default=None)
+    why = f"fastest measured: {chosen.label()} {medians[chosen]:,.0f} tokens/s"
+    if chosen != fastest:
+        why = (
+            f"{chosen.label()} {medians[chosen]:,.0f} tokens/s, within {TIE:.0%} of the fastest "
+            f"({fastest.label()} {medians[fastest]:,.0f}): the simpler wins a tie"
+        )
+    elif runner_up is not None:
+        why += f", {medians[chosen] / medians[runner_up]:.2f}x the next ({runner_up.label()})"
+    return chosen, why
+
+
+def cache_key(hardware, config, batch_shape, found):
+    """A hash of what the measurement depends on: the machine, TensorFlow's version, the
+    model and how it trains a step, the batch shape and the candidates."""
+    import tensorflow as tf
+
+    what = {
+        "machine": hardware.describe(),
+        "tensorflow": tf.__version__,
+        "task": config.task,
+        "model": dataclasses.asdict(config.model),
+        "vocabulary_size": config.data.vocabulary_size,
+        "batch_shape": list(batch_shape),
+        "steps_per_execution": config.runtime.steps_per_execution,
+        "accumulation_steps": config.train.accumulation_steps,
+        "strategy": [config.runtime.strategy, config.runtime.devices, config.runtime.cpu_replicas],
+        "candidates": [c.label() for c in found],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cache_dir():
+    """$AMPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/amptrain, else ~/.cache/amptrain."""
+    if os.environ.get("AMPTRAIN_CACHE_DIR"):
+        return os.environ["AMPTRAIN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "amptrain")
+
+
+def _cache_path(key):
+    return os.path.join(cache_dir(), "probe", f"{key}.json")
+
+
+def read_record(path):
+    """The decision saved at `path`, or None when there is none (or it is unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        return record if {"policy", "jit_compile"} <= set(record) else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_record(path, record):
+    from amptrain.engine.run_log import atomic_write
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, json.dumps(record, indent=2) + "\n")
+
+
+def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
+    """The decision record for a run: `recorded` (the run folder's, on resume), else the
+    one candidate there is, else the hardware rule for a short run, else the cache, else
+    a measurement (`measure(candidates) -> ({Candidate: [tokens/s] or error}, seconds,
+    batch shape)`), which is then cached. `key_fn(found)` -> the cache key (it needs the
+    batch shape, so it is only computed when the cache is consulted)."""
+    if recorded is not None:
+        return {**recorded, "source": "run folder"}
+    found, excluded = candidates(config, hardware)
+    base = {"machine": hardware.describe(), "excluded": excluded}
+    if len(found) == 1:
+        c = found[0]
+        why = "named in the config" if config.precision.policy != "auto" else "the only candidate"
+        return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "named", "reason": why}
+    if planned_steps < MIN_STEPS:
+        c, why = rule(config, hardware)
+        why = f"{why} (a run of {planned_steps} steps is too short to pay for a probe; it measures from {MIN_STEPS})"
+        return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "rule", "reason": why}
+    key = key_fn(found)
+    cached = read_record(_cache_path(key))
+    if cached is not None:
+        return {**cached, "source": "cache", "cache": _cache_path(key)}
+    results, seconds, batch_shape = measure(found)
+    chosen, why = choose(results, found)
+    if chosen is None:  # nothing ran: the rule decides, and the run will say what fails
+        chosen, rule_why = rule(config, hardware)
+        why = f"{why}; {rule_why}"
+    record = {
+        **base,
+        "policy": chosen.policy,
+        "jit_compile": chosen.jit_compile,
+        "source": "measured",
+        "reason": why,
+        "candidates": [_describe(c, results[c]) for c in found],
+        "probe_seconds": round(seconds, 1),
+        "batch_shape": list(batch_shape),
+        "key": key,
+    }
+    write_record(_cache_path(key), record)
+    return {**record, "cache": _cache_path(key)}
+
+
+def _describe(candidate, result):
+    row = {"policy": candidate.policy, "jit_compile": candidate.jit_compile, "label": candidate.label()}
+    if isinstance(result, str):
+        return {**row, "tokens_per_second": None, "error": result}
+    return {**row, "tokens_per_second": round(statistics.median(result), 1), "rounds": [round(v, 1) for v in result]}
+
+
+def apply(config, record):
+    """`config` with the decided policy and `jit_compile` in place of "auto"."""
+    return dataclasses.replace(
+        config,
+        precision=dataclasses.replace(config.precision, policy=record["policy"]),
+        runtime=dataclasses.replace(config.runtime, jit_compile=bool(record["jit_compile"])),
+    )
+
+
+def resolved_for(config, run_dir):
+    """A saved run's config with its decision (`precision.json`) in place of "auto"; a run
+    made before the probe existed gets the hardware rule."""
+    record = read_record(os.path.join(run_dir, RECORD_FILE))
+    if record is None:
+        chosen, _ = rule(config, Hardware.detect())
+        record = {"policy": chosen.policy, "jit_compile": chosen.jit_compile}
+    return apply(config, record)
+
+
+def summary(record):
+    """One line: every candidate's tokens/s and the choice, or why nothing was measured."""
+    chosen = Candidate(record["policy"], bool(record["jit_compile"])).label()
+    measured = record.get("candidates")
+    if measured:
+        shown = ", ".join(
+            f"{c['label']} {c['tokens_per_second']:,.0f}" if c.get("tokens_per_second") else f"{c['label']} failed"
+            for c in measured
+        )
+        where = {"measured": f"measured in {record.get('probe_seconds')} s", "cache": "cached"}.get(
+            record["source"], f"from the {record['source']}"
+        )
+        return f"precision probe ({where}), tokens/s: {shown} -> {chosen}: {record['reason']}"
+    return f"precision {chosen} ({record['source']}: {record['reason']})"
