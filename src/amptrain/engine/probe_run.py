@@ -58,11 +58,11 @@ def dominant_batch(task):
 
 
 def measure_candidates(task, config, strategy, found, progress=None):
-    """({Candidate: [tokens/s a round] or an error string}, seconds, batch shape)."""
+    """The `precision.probe.Measurement` of each candidate in `found`."""
     import keras
 
     from amptrain.distribute import distribute_batches
-    from amptrain.engine.build import build_training, seed
+    from amptrain.precision.probe import Measurement
 
     progress = progress or logger.info
     started = time.perf_counter()
@@ -74,20 +74,13 @@ def measure_candidates(task, config, strategy, found, progress=None):
         f"precision probe: {len(found)} candidates ({', '.join(c.label() for c in found)}) on batches of "
         f"{' x '.join(map(str, shape))}, {ROUNDS} rounds of {calls * spe} steps each after warm-up"
     )
-    trainers, results = {}, {}
+    trainers, results, compiles, tokens_per_step = {}, {}, {}, 0.0
     for candidate in found:
-        trial = apply(config, {"policy": candidate.policy, "jit_compile": candidate.jit_compile})
-        began = time.perf_counter()
         try:
-            seed(trial.runtime)
-            model, _, _ = task.create_model(strategy, policy=candidate.policy)
-            parts = build_training(model, task.loss, trial, strategy, candidate.policy, total_steps=10**6)
-            for _ in range(1 + WARMUP_CALLS):
-                parts.trainer.train(iterator, spe)
-            trainers[candidate] = parts.trainer
+            trainers[candidate], compiles[candidate], tokens_per_step = _ready(task, config, strategy, candidate,
+                                                                               iterator)  # fmt: skip
             results[candidate] = []
-            ready = time.perf_counter() - began
-            progress(f"precision probe: {candidate.label()} built, compiled and warmed up in {ready:.1f} s")
+            progress(f"precision probe: {candidate.label()} built and compiled, {compiles[candidate]:.1f} s")
         except Exception as error:  # a candidate that cannot run here is reported, not fatal
             results[candidate] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
             progress(f"precision probe: {candidate.label()} failed ({results[candidate]})")
@@ -103,7 +96,28 @@ def measure_candidates(task, config, strategy, found, progress=None):
     trainers.clear()
     keras.backend.clear_session()  # the run's model is named as if no probe had run
     gc.collect()
-    return results, time.perf_counter() - started, shape
+    shapes = len(task.train_buckets())
+    return Measurement(results, compiles, time.perf_counter() - started, shape, tokens_per_step, shapes)
+
+
+def _ready(task, config, strategy, candidate, iterator):
+    """(trainer, seconds its first call took beyond an ordinary call's, real tokens a
+    step): the candidate's model and training parts, built, compiled and warmed up."""
+    from amptrain.engine.build import build_training, seed
+
+    trial = apply(config, {"policy": candidate.policy, "jit_compile": candidate.jit_compile})
+    seed(trial.runtime)
+    spe = config.runtime.steps_per_execution
+    began = time.perf_counter()
+    model, _, _ = task.create_model(strategy, policy=candidate.policy)
+    parts = build_training(model, task.loss, trial, strategy, candidate.policy, total_steps=10**6)
+    parts.trainer.train(iterator, spe)
+    first = time.perf_counter() - began
+    for _ in range(WARMUP_CALLS):
+        began = time.perf_counter()
+        totals = parts.trainer.train(iterator, spe)
+        ordinary = time.perf_counter() - began
+    return parts.trainer, max(0.0, first - ordinary), float(totals["tokens"][0]) / spe
 
 
 def _tokens_per_second(trainer, iterator, spe, calls):

@@ -148,26 +148,90 @@ def rule(config, hardware):
     return Candidate(policy, jit), why
 
 
-def choose(results, order=None):
+@dataclasses.dataclass
+class Measurement:
+    """What the probe measured (`engine/probe_run.py`), cached as it is."""
+
+    results: dict  # {Candidate: [tokens/s of each round] or an error string}
+    compile_seconds: dict  # {Candidate: seconds of its first graph call, beyond its steps}
+    seconds: float  # the whole probe
+    batch_shape: tuple
+    tokens_per_step: float  # real tokens a training step of that batch
+    shapes: int  # batch shapes a run compiles under XLA (its buckets); 1 without XLA
+
+    def to_json(self):
+        return {
+            "candidates": [
+                {
+                    "label": c.label(),
+                    "policy": c.policy,
+                    "jit_compile": c.jit_compile,
+                    **_speeds(self.results[c]),
+                    "compile_seconds": _round(self.compile_seconds.get(c)),
+                }
+                for c in self.results
+            ],  # fmt: skip
+            "probe_seconds": round(self.seconds, 1),
+            "batch_shape": list(self.batch_shape),
+            "tokens_per_step": self.tokens_per_step,
+            "shapes": self.shapes,
+        }
+
+    @classmethod
+    def from_json(cls, data):
+        results, compiles = {}, {}
+        for row in data["candidates"]:
+            c = Candidate(row["policy"], bool(row["jit_compile"]))
+            results[c] = row["error"] if row.get("error") else list(row["rounds"])
+            if row.get("compile_seconds") is not None:
+                compiles[c] = row["compile_seconds"]
+        return cls(results, compiles, data["probe_seconds"], tuple(data["batch_shape"]), data["tokens_per_step"],
+                   data["shapes"])  # fmt: skip
+
+    def run_seconds(self, candidate, median, planned_steps):
+        """The run's estimated time under `candidate`: its compilations (one a batch shape
+        under XLA, one trace without) and `planned_steps` steps at its median speed."""
+        compiles = self.shapes if candidate.jit_compile else 1
+        return compiles * self.compile_seconds.get(candidate, 0.0) + planned_steps * self.tokens_per_step / median
+
+
+def _speeds(result):
+    if isinstance(result, str):
+        return {"tokens_per_second": None, "error": result}
+    return {"tokens_per_second": round(statistics.median(result), 1), "rounds": [round(v, 1) for v in result]}
+
+
+def _round(value):
+    return None if value is None else round(value, 2)
+
+
+def choose(results, order=None, estimate=None):
     """(Candidate or None, why) from {Candidate: [tokens/s of each round] or an error
-    string}: the fastest median, the earlier candidate in `order` (default: the dict's
-    order) within `TIE` of it. None when every candidate failed."""
+    string}: the fastest median, or with `estimate(candidate, median) -> seconds`, the
+    shortest estimated run; the earlier candidate in `order` (default: the dict's order)
+    within `TIE` of it. None when every candidate failed."""
     order = list(order or results)
     medians = {c: statistics.median(v) for c, v in results.items() if not isinstance(v, str) and v}
     medians = {c: m for c, m in medians.items() if m > 0}
     if not medians:
         return None, "every candidate failed"
-    fastest = max(medians, key=medians.get)
-    chosen = next(c for c in order if c in medians and medians[c] >= medians[fastest] * (1 - TIE))
-    runner_up = max((c for c in medians if c != chosen), key=medians.get, default=None)
-    why = f"fastest measured: {chosen.label()} {medians[chosen]:,.0f} tokens/s"
-    if chosen != fastest:
-        why = (
-            f"{chosen.label()} {medians[chosen]:,.0f} tokens/s, within {TIE:.0%} of the fastest "
-            f"({fastest.label()} {medians[fastest]:,.0f}): the simpler wins a tie"
-        )
+    if estimate is None:
+        score = {c: 1 / m for c, m in medians.items()}  # lower is better
+    else:
+        score = {c: estimate(c, m) for c, m in medians.items()}
+    best = min(score, key=score.get)
+    chosen = next(c for c in order if c in score and score[c] <= score[best] * (1 + TIE))
+    runner_up = min((c for c in score if c != chosen), key=score.get, default=None)
+
+    def shown(c):
+        return f"{c.label()} {medians[c]:,.0f} tokens/s" + (f", run ~{score[c]:,.0f} s" if estimate else "")
+
+    what = "shortest estimated run" if estimate else "fastest measured"
+    why = f"{what}: {shown(chosen)}"
+    if chosen != best:
+        why = f"{shown(chosen)}, within {TIE:.0%} of the best ({shown(best)}): the simpler wins a tie"
     elif runner_up is not None:
-        why += f", {medians[chosen] / medians[runner_up]:.2f}x the next ({runner_up.label()})"
+        why += f"; next {shown(runner_up)}"
     return chosen, why
 
 
@@ -199,10 +263,6 @@ def cache_dir():
     return os.path.join(base, "amptrain")
 
 
-def _cache_path(key):
-    return os.path.join(cache_dir(), "probe", f"{key}.json")
-
-
 def read_record(path):
     """The decision saved at `path`, or None when there is none (or it is unreadable)."""
     try:
@@ -222,10 +282,11 @@ def write_record(path, record):
 
 def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
     """The decision record for a run: `recorded` (the run folder's, on resume), else the
-    one candidate there is, else the hardware rule for a short run, else the cache, else
-    a measurement (`measure(candidates) -> ({Candidate: [tokens/s] or error}, seconds,
-    batch shape)`), which is then cached. `key_fn(found)` -> the cache key (it needs the
-    batch shape, so it is only computed when the cache is consulted)."""
+    one candidate there is, else the hardware rule for a short run, else the shortest
+    estimated run by the cached measurement or, with none cached, by a new one
+    (`measure(candidates) -> Measurement`, then cached). The estimate counts the steps the
+    run plans and its compilations (XLA compiles once a batch shape). `key_fn(found)` ->
+    the cache key (it needs the batch shape, so it is only computed when needed)."""
     if recorded is not None:
         return {**recorded, "source": "run folder"}
     found, excluded = candidates(config, hardware)
@@ -239,34 +300,36 @@ def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
         why = f"{why} (a run of {planned_steps} steps is too short to pay for a probe; it measures from {MIN_STEPS})"
         return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "rule", "reason": why}
     key = key_fn(found)
-    cached = read_record(_cache_path(key))
-    if cached is not None:
-        return {**cached, "source": "cache", "cache": _cache_path(key)}
-    results, seconds, batch_shape = measure(found)
-    chosen, why = choose(results, found)
+    path = os.path.join(cache_dir(), "probe", f"{key}.json")
+    source, measured = "cache", _read_measurement(path)
+    if measured is None:
+        source, measured = "measured", measure(found)
+        write_record(path, {"key": key, **measured.to_json()})
+    chosen, why = choose(
+        measured.results, found, estimate=lambda c, median: measured.run_seconds(c, median, planned_steps)
+    )
     if chosen is None:  # nothing ran: the rule decides, and the run will say what fails
         chosen, rule_why = rule(config, hardware)
         why = f"{why}; {rule_why}"
-    record = {
+    return {
         **base,
         "policy": chosen.policy,
         "jit_compile": chosen.jit_compile,
-        "source": "measured",
+        "source": source,
         "reason": why,
-        "candidates": [_describe(c, results[c]) for c in found],
-        "probe_seconds": round(seconds, 1),
-        "batch_shape": list(batch_shape),
+        "planned_steps": planned_steps,
+        **measured.to_json(),
         "key": key,
+        "cache": path,
     }
-    write_record(_cache_path(key), record)
-    return {**record, "cache": _cache_path(key)}
 
 
-def _describe(candidate, result):
-    row = {"policy": candidate.policy, "jit_compile": candidate.jit_compile, "label": candidate.label()}
-    if isinstance(result, str):
-        return {**row, "tokens_per_second": None, "error": result}
-    return {**row, "tokens_per_second": round(statistics.median(result), 1), "rounds": [round(v, 1) for v in result]}
+def _read_measurement(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return Measurement.from_json(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def apply(config, record):
