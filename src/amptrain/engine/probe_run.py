@@ -1,19 +1,22 @@
 """The precision probe's measurement: a few compiled training steps of the run's own model
 on its own dominant batch shape, under each candidate (`precision/probe.py` decides).
 
-    results, seconds, shape = measure_candidates(task, config, strategy, found)
-    # {Candidate: [tokens/s of each round] or "error text"}
+    measured = measure_candidates(task, config, strategy, found, planned_steps=456)
+    measured.results  # {Candidate: [tokens/s of each round] or "error text"}
 
 Each candidate gets its own model and training parts, built the way `amptrain fit`
-builds them (`engine.build`), one compiling graph call and `WARMUP_CALLS` more; then
-`ROUNDS` rounds, the candidates alternating within a round so that a machine's slow spell
-hits them all, each round at least `ROUND_STEPS` steps, after one more round that is not
-counted (on a Xeon every candidate's first round after its warm-up ran at a third of its
-later speed: spam config, 9,074 then 32,005-34,331 tokens/s in float32). After the first
-counted round a candidate under half the fastest's speed is dropped (it cannot win). The
-cost, per candidate: one compilation and `steps_per_execution * (1 + WARMUP_CALLS) +
-(ROUNDS + 1) * ROUND_STEPS` steps or so, on one batch shape (the real run compiles the
-others later).
+builds them (`engine.build`), one compiling graph call and `WARMUP_CALLS` more. Then
+rounds, the candidates taking turns within a round so that a machine's slow spell hits them
+all: one graph call each that is not counted (on a Xeon every candidate's first round after
+its warm-up ran at a third of its later speed: spam config, 9,074 then 32,005-34,331
+tokens/s in float32), then up to `ROUNDS` counted rounds of at least `ROUND_STEPS` steps.
+After the first counted round a candidate under half the fastest's speed is dropped (it
+cannot win), and no round starts once the rounds have taken `ROUNDS_BUDGET` seconds or a
+`ROUNDS_SHARE` of the best candidate's estimated run, whichever is more.
+
+The cost, per candidate: building and compiling (10-25 s a candidate on the 2-core Xeon),
+then `steps_per_execution * (2 + WARMUP_CALLS)` + up to `ROUNDS * ROUND_STEPS` steps, on one
+batch shape (the run compiles the others as it meets them).
 """
 
 import gc
@@ -24,9 +27,11 @@ from amptrain.precision.probe import apply
 
 logger = logging.getLogger("amptrain")
 
-WARMUP_CALLS = 2
+WARMUP_CALLS = 1
 ROUNDS = 3
-ROUND_STEPS = 8
+ROUND_STEPS = 4
+ROUNDS_BUDGET = 60.0
+ROUNDS_SHARE = 0.05
 
 
 def dominant_batch(task):
@@ -57,7 +62,7 @@ def dominant_batch(task):
     return dataset, (rows, *(length if isinstance(length, tuple) else (length,)))
 
 
-def measure_candidates(task, config, strategy, found, progress=None):
+def measure_candidates(task, config, strategy, found, planned_steps, progress=None):
     """The `precision.probe.Measurement` of each candidate in `found`."""
     import keras
 
@@ -72,7 +77,7 @@ def measure_candidates(task, config, strategy, found, progress=None):
     calls = max(1, -(-ROUND_STEPS // spe))
     progress(
         f"precision probe: {len(found)} candidates ({', '.join(c.label() for c in found)}) on batches of "
-        f"{' x '.join(map(str, shape))}, {ROUNDS} rounds of {calls * spe} steps each after warm-up"
+        f"{' x '.join(map(str, shape))}, up to {ROUNDS} rounds of {calls * spe} steps each after warm-up"
     )
     trainers, results, compiles, tokens_per_step = {}, {}, {}, 0.0
     for candidate in found:
@@ -80,19 +85,24 @@ def measure_candidates(task, config, strategy, found, progress=None):
             trainers[candidate], compiles[candidate], tokens_per_step = _ready(task, config, strategy, candidate,
                                                                                iterator)  # fmt: skip
             results[candidate] = []
-            progress(f"precision probe: {candidate.label()} built and compiled, {compiles[candidate]:.1f} s")
+            progress(f"precision probe: {candidate.label()} compiled ({compiles[candidate]:.1f} s)")
         except Exception as error:  # a candidate that cannot run here is reported, not fatal
             results[candidate] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
             progress(f"precision probe: {candidate.label()} failed ({results[candidate]})")
-    for round_index in range(ROUNDS + 1):
+    for trainer in trainers.values():  # the round that is not counted
+        _tokens_per_second(trainer, iterator, spe, 1)
+    rounds_began = time.perf_counter()
+    for round_index in range(ROUNDS):
         for candidate, trainer in trainers.items():
-            speed = _tokens_per_second(trainer, iterator, spe, calls)
-            if round_index:  # the first round is untimed: each candidate ran 3-4x slower in it
-                results[candidate].append(speed)
-        if round_index == 1 and trainers:
+            results[candidate].append(_tokens_per_second(trainer, iterator, spe, calls))
+        if round_index == 0 and trainers:
             for slow in _slow(results, trainers):
                 progress(f"precision probe: {slow.label()} under half the fastest's speed, not timed again")
                 del trainers[slow]
+            best_run = planned_steps * tokens_per_step / max(results[c][0] for c in trainers)
+            budget = max(ROUNDS_BUDGET, ROUNDS_SHARE * best_run)
+        if trainers and time.perf_counter() - rounds_began > budget:
+            break
     trainers.clear()
     keras.backend.clear_session()  # the run's model is named as if no probe had run
     gc.collect()
@@ -149,7 +159,7 @@ def decide_for_run(config, task, strategy, run_dir, write=True):
         hardware,
         planned,
         key_fn=lambda found: probe.cache_key(hardware, config, dominant_batch(task)[1], found),
-        measure=lambda found: measure_candidates(task, config, strategy, found),
+        measure=lambda found: measure_candidates(task, config, strategy, found, planned),
         recorded=probe.read_record(path),
     )
     if write:
