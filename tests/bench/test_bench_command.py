@@ -78,13 +78,13 @@ def test_bench_says_which_row_auto_would_choose(monkeypatch):
         row("mixed_bfloat16", True, 20, 500.0, batch=16),  # not the config's batch
     ]
     # spe 20 is nearer the config's 4 than 1 is not: |1-4| < |20-4|, so the spe-1 rows decide
-    assert auto_choice(config, rows).startswith("auto would choose float32+XLA (fastest measured: float32+XLA 150")
+    assert auto_choice(config, rows).startswith("by speed alone auto would choose float32+XLA (fastest measured: float32+XLA 150")
     assert "not in this grid: bf16+XLA" in auto_choice(config, rows)
     config = config_lib.config_from_dict(
         {"data": {"train": train}, "runtime": {"steps_per_execution": 16}, "train": {"batch_size": 8}}
     )
     # bf16 300 and bf16+XLA 301 tie: XLA off wins
-    assert auto_choice(config, rows).startswith("auto would choose bf16 (bf16 300 tokens/s, within 3%")
+    assert auto_choice(config, rows).startswith("by speed alone auto would choose bf16 (bf16 300 tokens/s, within 3%")
 
 
 @pytest.mark.slow
@@ -134,7 +134,7 @@ def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     assert "matrix product, measured in this run" in report and "| MFU |" in report
     assert (bench / "throughput.png").stat().st_size > 0 and (bench / "memory.png").stat().st_size > 0
     assert "real tok/s" in out and "results in" in out
-    assert "auto would choose float32 (" in out and "rows at steps_per_execution 1" in out
+    assert "by speed alone auto would choose float32 (" in out and "rows at steps_per_execution 1" in out
     assert results["auto_choice"] + "." in report
 
 

@@ -179,7 +179,8 @@ def auto_choice(config, rows):
     """What `auto` would choose from this bench's rows (None when they hold no candidate):
     the precision probe's candidates for `config` on this machine (`precision/probe.py`;
     a key the config names stays as named), compared at the config's batch size and the
-    grid's steps per execution nearest the config's, by the probe's rule."""
+    grid's steps per execution nearest the config's, by the probe's rule on tokens/s alone
+    (a run's probe also weighs XLA's compilations, one a batch shape, against its steps)."""
     from amptrain.precision import probe
 
     found, _ = probe.candidates(config, probe.Hardware.detect())
@@ -200,7 +201,7 @@ def auto_choice(config, rows):
         return None
     missing = [c.label() for c in found if c not in speeds]
     return (
-        f"auto would choose {chosen.label()} ({why}; rows at steps_per_execution {spe}"
+        f"by speed alone auto would choose {chosen.label()} ({why}; rows at steps_per_execution {spe}"
         + (f", config's {wanted}" if spe != wanted else "")
         + (f"; not in this grid: {', '.join(missing)}" if missing else "")
         + ")"
