@@ -32,6 +32,7 @@ from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.run_log import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, Window, read_metrics
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
+from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import ConfigError, Interrupted, NumericsError
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -88,6 +89,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     _announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
     eval_every = config.train.eval_every or steps_per_epoch
     loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
+    loop.utilisation = Utilisation.for_run(job.model, policy, placement.strategy)
     try:
         loop.run(start_step)
         # The chief may still be writing the best checkpoint that every worker reads next.
@@ -216,7 +218,8 @@ class _Loop:
                 if stopped:
                     self._log_train(step, window)
                     return self._cannot_go_on(totals, step)
-                progress.update(step, window.last_loss, window.tokens_per_second(), self._scale_note())
+                mfu = self.utilisation.mfu(window)
+                progress.update(step, window.last_loss, window.tokens_per_second(), self._scale_note(), mfu)
                 if step % self.config.train.log_every == 0 or step == self.steps:
                     progress.clear()
                     self._log_train(step, window)
@@ -295,6 +298,7 @@ class _Loop:
             "grad_norm": window.grad_norm,
             "tokens_per_second": window.tokens_per_second(),
             "padded_tokens_per_second": window.tokens_per_second(padded=True),
+            **self.utilisation.figures(window),
             "wall_time": time.time(),
         }
         self.log.write(record)
@@ -303,6 +307,7 @@ class _Loop:
         logger.info(
             f"step {step}/{self.steps}  loss {record['loss']:.4f}  lr {record['learning_rate']:.2e}  "
             f"{record['tokens_per_second']:,.0f} tokens/s"
+            + (f"  MFU {record['mfu']:.1%}" if record["mfu"] is not None else "")
             + (f"  loss scale {record['loss_scale']:g}" if scale is not None else "")
             + skipped
         )

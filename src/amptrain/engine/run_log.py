@@ -121,7 +121,7 @@ class Scalars:
 
 
 class Progress:
-    """A progress line: step, loss, tokens/s and time left; redrawn in place on a terminal."""
+    """A progress line: step, loss, tokens/s, MFU and time left; redrawn in place on a terminal."""
 
     def __init__(self, total_steps, start_step, stream=sys.stderr):
         self.total_steps = total_steps
@@ -130,7 +130,7 @@ class Progress:
         self.stream = stream
         self.interactive = stream.isatty()
 
-    def update(self, step, loss, tokens_per_second, note=""):
+    def update(self, step, loss, tokens_per_second, note="", mfu=None):
         if not self.interactive:
             return
         done = step - self.start_step
@@ -138,7 +138,8 @@ class Progress:
         left = elapsed / done * (self.total_steps - step) if done else float("nan")
         line = (
             f"step {step}/{self.total_steps}  loss {loss:.4f}  "
-            f"{tokens_per_second:,.0f} tokens/s  {note + '  ' if note else ''}{format_duration(left)} left"
+            f"{tokens_per_second:,.0f} tokens/s  {f'MFU {mfu:.1%}  ' if mfu is not None else ''}"
+            f"{note + '  ' if note else ''}{format_duration(left)} left"
         )
         self.stream.write("\r" + line.ljust(100))
         self.stream.flush()
@@ -170,6 +171,7 @@ class Window:
         self.overflow_steps = 0
         self.steps = 0
         self.tokens = [0, 0]
+        self.examples = 0
         self.grad_norm = None
         self.last_loss = float("nan")
 
@@ -179,6 +181,7 @@ class Window:
         self.overflow_steps += int(totals["overflow_steps"])
         self.steps += n
         self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
+        self.examples += int(totals["examples"])
         if int(totals["applied_steps"]):
             self.grad_norm = float(totals["grad_norm"])
         self.last_loss = self.mean_loss()
