@@ -99,6 +99,9 @@ class RuntimeConfig:
     seed: int = 0
     deterministic: bool = False
     check_numerics: bool = False  # tf.debugging.enable_check_numerics; turns XLA off
+    # [first, last]: trace these steps (rounded to whole graph calls) into the run's
+    # TensorBoard folder for the profile plugin; empty: no profiling
+    profile_steps: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,8 @@ PLACEMENT_KEYS = (
     "runtime.tpu",
     "runtime.collective_timeout",
 )
+# Keys that only say what a run records about itself: a rerun may change them and resume.
+OBSERVING_KEYS = ("runtime.profile_steps",)
 PATH_KEYS = (
     "data.train",
     "data.dev",

@@ -30,6 +30,7 @@ from amptrain.engine.build import build_training
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
+from amptrain.engine.profiling import StepProfiler
 from amptrain.engine.run_log import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, Window, read_metrics
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
 from amptrain.engine.utilisation import Utilisation
@@ -90,6 +91,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     eval_every = config.train.eval_every or steps_per_epoch
     loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
     loop.utilisation = Utilisation.for_run(job.model, policy, placement.strategy)
+    loop.profiler = StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard"))  # None: off
     try:
         loop.run(start_step)
         # The chief may still be writing the best checkpoint that every worker reads next.
@@ -192,6 +194,8 @@ class _Loop:
             )
             raise
         finally:
+            if self.profiler:  # a run that ended (or stopped) inside the range
+                self.profiler.stop(int(self.trainer.step.numpy()))
             if in_main_thread:
                 signal.signal(signal.SIGTERM, previous_handler)
 
@@ -206,8 +210,13 @@ class _Loop:
         window = Window()
         try:
             while step < self.steps:
-                totals = self.trainer.train(iterator, self._chunk(step))
+                n = self._chunk(step)
+                if self.profiler:
+                    self.profiler.before_call(step, n)
+                totals = self.trainer.train(iterator, n)
                 previous, step = step, int(self.trainer.step.numpy())
+                if self.profiler:
+                    self.profiler.after_call(step)
                 window.add(totals, step - previous)
                 if self.terminated.is_set():
                     raise Interrupted("SIGTERM")
