@@ -36,6 +36,7 @@ def test_resident_memory_from_proc(tmp_path):
 
 
 def test_train_records_carry_memory_and_mfu(tiny, monkeypatch):
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tiny / "cache"))  # its quick peak is no other test's
     quick = peaks.timed_matmul_peak
     monkeypatch.setattr(peaks, "timed_matmul_peak", lambda dtype: quick(dtype, seconds=0.02, max_size=256))
     run_dir = tiny / "run"
