@@ -165,3 +165,9 @@ def test_profile_steps_is_off_or_a_range(tiny, value):
 def test_profiling_does_not_stop_a_resume(tiny):
     assert load(tiny, "runtime.profile_steps=[2, 4]").runtime.profile_steps == [2, 4]
     assert config_lib.differing_keys(load(tiny), load(tiny, "runtime.profile_steps=[2, 4]")) == []
+
+
+def test_histogram_every_is_off_or_a_positive_interval(tiny):
+    with pytest.raises(ConfigError, match=r"train\.histogram_every: expected an integer >= 0 \(0: no histograms\)"):
+        load(tiny, "train.histogram_every=-1")
+    assert config_lib.differing_keys(load(tiny), load(tiny, "train.histogram_every=5")) == []

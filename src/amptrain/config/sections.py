@@ -129,6 +129,8 @@ class TrainConfig:
     # > 0: keep an exponential moving average of the weights with this decay; dev and test
     # evaluations (and the best checkpoint) use it. 0: off
     ema_decay: float = 0.0
+    # > 0: weight and gradient histograms in TensorBoard every this many steps; 0: off
+    histogram_every: int = 0
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -159,7 +161,7 @@ PLACEMENT_KEYS = (
     "runtime.collective_timeout",
 )
 # Keys that only say what a run records about itself: a rerun may change them and resume.
-OBSERVING_KEYS = ("runtime.profile_steps",)
+OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every")
 PATH_KEYS = (
     "data.train",
     "data.dev",

@@ -133,6 +133,7 @@ def validate(config):
     for key in ("log_every", "checkpoint_every", "max_to_keep"):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
+    require(t.histogram_every >= 0, "train.histogram_every", "an integer >= 0 (0: no histograms)", t.histogram_every)
     require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
     require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
     require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)

@@ -1,4 +1,5 @@
-"""What a run tells: `metrics.jsonl`, TensorBoard scalars, `train.log` and the progress line.
+"""What a run tells: `metrics.jsonl` (its `run` record among them), TensorBoard scalars,
+`train.log` (the lines that announce the run) and the progress line.
 
 log = MetricsLog("runs/x/metrics.jsonl", resume_step=0)
 log.write({"kind": "train", "step": 25, "loss": 0.41})
@@ -12,6 +13,7 @@ import sys
 import time
 
 LOGGER_NAME = "amptrain"
+logger = logging.getLogger(LOGGER_NAME)
 
 
 EVERY_WORKER = {"every_worker": True}  # `extra=` of a line that every worker shows on its terminal
@@ -95,6 +97,48 @@ def atomic_write(path, text):
     with open(temporary, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(temporary, path)
+
+
+def run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):
+    """The `run` record of metrics.jsonl: how this (part of the) run trains."""
+    t = config.train
+    return {
+        "kind": "run",
+        **placement.describe(cluster),
+        "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
+        "tokens_per_batch": config.data.tokens_per_batch or None,
+        "accumulation_steps": t.accumulation_steps,
+        "policy": policy,
+        "policy_reason": policy_reason,
+        "jit_compile": config.runtime.jit_compile,
+        "steps_per_execution": config.runtime.steps_per_execution,
+        "loss_scale": scaler.describe() if scaler is not None else None,
+        "on_nonfinite": t.on_nonfinite,
+        "ema_decay": t.ema_decay,
+        "resumed_from_step": start_step,
+        "total_steps": steps,
+    }
+
+
+def announce(config, placement, cluster, policy, policy_reason, scaler, start_step, steps, steps_per_epoch):
+    """The log lines that say how the run trains: strategy, batches, precision, length."""
+    t = config.train
+    if start_step:
+        logger.info(f"resuming from the checkpoint of step {start_step}")
+    replicas = placement.strategy.num_replicas_in_sync
+    tokens = config.data.tokens_per_batch
+    logger.info(
+        f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
+        + (
+            f"global batches of {tokens} padded tokens (rows by length, split over the replicas)"
+            if tokens
+            else f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
+        )
+        + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
+    )
+    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
+    if scaler is not None:
+        logger.info(scaler.describe())
 
 
 class Scalars:
