@@ -122,3 +122,15 @@ def test_peaks_are_measured_once_and_keyed_by_machine(monkeypatch, tmp_path):
 def test_the_quick_measurement_is_a_real_product():
     flops, size = functools.partial(peaks.timed_matmul_peak, seconds=0.01, max_size=128)("float32")
     assert size == 128 and flops > 0
+
+
+def test_doctor_probe_measures_the_auto_candidates_on_a_config(tiny, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
+    argv = ["doctor", "--json", "--no-peaks", "--probe", str(tiny / "tiny.toml"), "--set", "runtime.jit_compile=false"]
+    assert cli.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    measured = report["probe"]
+    labels = {"float32", "bf16"} if report["policy"] == "mixed_bfloat16" else {"float32"}
+    assert set(measured["tokens_per_second"]) == labels and measured["choice"] in labels
+    assert all(len(speeds) >= 1 and min(speeds) > 0 for speeds in measured["tokens_per_second"].values())
+    assert measured["batch_shape"][0] == 8 and report["peaks"] == {}

@@ -153,6 +153,19 @@ def _add_doctor(commands):
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
     doctor.add_argument("--no-peaks", action="store_true", help="skip the matrix-product peaks (2 s a dtype)")
     doctor.add_argument("--remeasure", action="store_true", help="measure the peaks again instead of the cache")
+    doctor.add_argument(
+        "--probe",
+        metavar="CONFIG",
+        help="also run the `auto` measurement (each candidate's tokens/s) on this config's model, e.g. a small one",
+    )
+    doctor.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of the --probe config (repeatable)",
+    )
     doctor.set_defaults(run=_doctor)
 
 
@@ -221,10 +234,12 @@ def _launch(args):
     return launch(args.config, args.workers, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
 
 
-def _doctor(args, measure=None):
+def _doctor(args):
     from amptrain import doctor
 
-    report = doctor.diagnose(measure_peaks=not args.no_peaks, measure=measure, refresh=args.remeasure)
+    report = doctor.diagnose(measure_peaks=not args.no_peaks, refresh=args.remeasure)
+    if args.probe:
+        report["probe"] = doctor.probe_config(args.probe, args.overrides)
     print(json.dumps(report, indent=2) if args.json else doctor.format_report(report))
     if not args.json and report["peaks"]:
         print(doctor.cache_note())

@@ -55,6 +55,34 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
     return report
 
 
+def probe_config(path, overrides=()):
+    """What `precision.policy = "auto"` measures for the model of the config at `path`
+    (`engine/probe_run.py`, as a run of `probe.MIN_STEPS` steps or more would, without
+    its cache): each candidate's tokens/s and the choice."""
+    from amptrain import config as config_lib
+    from amptrain import distribute
+    from amptrain.engine.probe_run import measure_candidates
+    from amptrain.precision import probe
+    from amptrain.tasks import prepared_in_scratch
+
+    config = config_lib.load_config(path, overrides)
+    distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
+    strategy = distribute.select_strategy(config.runtime).strategy
+    found, excluded = probe.candidates(config, probe.Hardware.detect())
+    task = prepared_in_scratch(config)
+    results, seconds, shape = measure_candidates(task, config, strategy, found, progress=lambda line: None)
+    chosen, why = probe.choose(results, found)
+    return {
+        "config": str(path),
+        "batch_shape": list(shape),
+        "seconds": round(seconds, 1),
+        "tokens_per_second": {c.label(): v for c, v in results.items()},  # each round's, or the error
+        "choice": chosen.label() if chosen else None,
+        "why": why,
+        "excluded": excluded,
+    }
+
+
 def versions():
     import keras
     import tensorflow as tf
@@ -157,6 +185,15 @@ def format_report(report):
             f"peak {dtype:<8} {peak['flops'] / 1e9:8,.1f} GFLOP/s  ({peak['size']}x{peak['size']} matrix product)"
         )
     lines += [f"warning: {text}" for text in report["warnings"]]
+    if report.get("probe"):
+        measured = report["probe"]
+        lines.append(
+            f"probe of {measured['config']} (batches of {' x '.join(map(str, measured['batch_shape']))}, "
+            f"{measured['seconds']} s): {measured['choice']}, {measured['why']}"
+        )
+        for label, speeds in measured["tokens_per_second"].items():
+            shown = speeds if isinstance(speeds, str) else ", ".join(f"{v:,.0f}" for v in speeds) + " tokens/s"
+            lines.append(f"  {label:<12} {shown}")
     return "\n".join(lines)
 
 

@@ -36,7 +36,8 @@ def test_tensorboard_serves_the_runs_scalars(tiny, monkeypatch):
     quick = peaks.timed_matmul_peak
     monkeypatch.setattr(peaks, "timed_matmul_peak", lambda dtype: quick(dtype, seconds=0.02, max_size=256))
     run_dir = tiny / "run"
-    amptrain.fit(str(tiny / "tiny.toml"), ["precision.policy=mixed_float16"], run_dir=str(run_dir))
+    overrides = ["precision.policy=mixed_float16", "train.histogram_every=4"]
+    amptrain.fit(str(tiny / "tiny.toml"), overrides, run_dir=str(run_dir))
     records = read_metrics(run_dir / "metrics.jsonl")
     train_steps = [r["step"] for r in records if r["kind"] == "train"]
     dev_steps = [r["step"] for r in records if r["kind"] == "eval" and r["split"] == "dev"]
@@ -66,6 +67,10 @@ def test_tensorboard_serves_the_runs_scalars(tiny, monkeypatch):
         assert get(port, "/data/plugin/scalars/scalars", run="train", tag="loss_scale")[0][2] >= 1
         accuracy = get(port, "/data/plugin/scalars/scalars", run="dev", tag="accuracy")
         assert [step for _, step, _ in accuracy] == dev_steps
+        histogram_tags = get(port, "/data/plugin/histograms/tags")["train"]
+        assert any(t.startswith("weights/") for t in histogram_tags)
+        assert any(t.startswith("gradients/") for t in histogram_tags)
+        assert get(port, "/data/plugins_listing")["hparams"]["enabled"]  # the run's hyperparameters
     finally:
         server.terminate()
         try:

@@ -55,3 +55,4 @@ def test_train_records_carry_memory_and_mfu(tiny, monkeypatch):
         for event in tf.compat.v1.train.summary_iterator(path):
             tags |= {value.tag for value in event.summary.value}
     assert {"mfu", "memory_bytes", "peak_memory_bytes"} <= tags
+    assert "_hparams_/session_start_info" in tags  # the run's hyperparameters, for the hparams plugin

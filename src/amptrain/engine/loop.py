@@ -98,12 +98,14 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
     log.write({**record, "precision_choice": choice})
+    if not start_step:
+        scalars.hyperparameters(config, policy)
     announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
     eval_every = config.train.eval_every or steps_per_epoch
     loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
     loop.utilisation = Utilisation.for_run(job.model, policy, placement.strategy)
     loop.profiler = StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard"))  # None: off
-    loop.histograms = Histograms.from_config(config, job, parts.trainer, os.path.join(write_dir, "tensorboard"))
+    loop.histograms = Histograms.from_config(config, job, parts.trainer, scalars)
     try:
         loop.run(start_step)
         # The chief may still be writing the best checkpoint that every worker reads next.

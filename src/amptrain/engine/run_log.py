@@ -142,22 +142,44 @@ def announce(config, placement, cluster, policy, policy_reason, scaler, start_st
 
 
 class Scalars:
-    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`."""
+    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`; the run's
+    hyperparameters (the hparams plugin) with the `train` ones."""
 
     def __init__(self, directory):
         self.directory = directory
         self._writers = {}
 
-    def write(self, group, step, values):
+    def writer(self, group):
+        """The summary writer of `group` (histograms write with it too)."""
         import tensorflow as tf
 
         if group not in self._writers:
             self._writers[group] = tf.summary.create_file_writer(os.path.join(self.directory, group))
-        with self._writers[group].as_default(step=step):
+        return self._writers[group]
+
+    def write(self, group, step, values):
+        import tensorflow as tf
+
+        with self.writer(group).as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, (int, float)) and value is not None and not isinstance(value, bool):
                     tf.summary.scalar(name, value)
         self._writers[group].flush()
+
+    def hyperparameters(self, config, policy):
+        """The config's keys (lists as text) and the policy the run trains with, once a run."""
+        from tensorboard.plugins.hparams import api as hp
+
+        from amptrain.config import to_dict
+
+        values = {"task": config.task, "policy": policy}
+        for section, keys in to_dict(config).items():
+            for key, value in keys.items() if isinstance(keys, dict) else ():
+                if value is not None:
+                    values[f"{section}.{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+        with self.writer("train").as_default():
+            hp.hparams(values)
+        self._writers["train"].flush()
 
     def close(self):
         for writer in self._writers.values():
