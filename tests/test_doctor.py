@@ -34,7 +34,7 @@ def test_doctor_on_this_cpu(capsys, quick_peaks, monkeypatch, tmp_path):
     bf16_units = {"avx512_bf16", "amx_bf16"} & set(report["cpu_flags"])
     assert report["policy"] == ("mixed_bfloat16" if bf16_units else "float32")
     assert report["jit_compile"] is False and "XLA off on a CPU" in report["policy_reason"]
-    assert any("mixed_float16 on a CPU is emulated" in w for w in report["warnings"])
+    assert any("no float16 matrix units" in w for w in report["warnings"])
     assert set(report["peaks"]) == {"float32", "bfloat16", "float16"}
     assert all(p["flops"] > 0 for p in report["peaks"].values())
     assert quick_peaks == ["float32", "bfloat16", "float16"]

@@ -145,7 +145,7 @@ def warnings(hardware):
                 "no tensor cores: mixed_float16 would run slower than float32 there"
             )
     if not hardware.accelerators():
-        found.append("no GPU: mixed_float16 on a CPU is emulated, several times slower than float32")
+        found.append("no GPU: a CPU has no float16 matrix units, mixed_float16 is not faster than float32 there")
         if not hardware.cpu_flags & {"avx512_bf16", "amx_bf16"}:
             found.append("CPU without AVX512_BF16 or AMX: mixed_bfloat16 is emulated, not faster than float32")
     return found
@@ -155,7 +155,7 @@ def format_report(report):
     v = report["versions"]
     lines = [
         f"TensorFlow {v['tensorflow']}, Keras {v['keras']}, keras-hub {v['keras_hub'] or 'not installed'}, "
-        + (f"CUDA {v['cuda']}, cuDNN {v['cudnn']}" if v["cuda"] else "no CUDA (a CPU build)"),
+        + (f"built for CUDA {v['cuda']}, cuDNN {v['cudnn']}" if v["cuda"] else "no CUDA (a CPU build)"),
         f"CPU: {report['cpu']['model'] or 'unknown'}, {report['cpu']['cores']} cores, "
         f"flags {' '.join(report['cpu_flags']) or 'none of ' + ' '.join(CPU_FLAGS)}",
     ]
