@@ -189,6 +189,8 @@ class _Loop:
                 if self.profiler:
                     self.profiler.before_call(step, n)
                 totals = self.trainer.train(iterator, n)
+                if step == 0:  # the first call of a fresh run: its graph for TensorBoard
+                    self.scalars.graph(self.trainer.train_graph(iterator, n))
                 previous, step = step, int(self.trainer.step.numpy())
                 if self.profiler:
                     self.profiler.after_call(step)

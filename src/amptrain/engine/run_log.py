@@ -166,6 +166,14 @@ class Scalars:
                     tf.summary.scalar(name, value)
         self._writers[group].flush()
 
+    def graph(self, graph):
+        """The training call's graph (TensorBoard's Graphs tab), once a run."""
+        import tensorflow as tf
+
+        with self.writer("train").as_default():
+            tf.summary.graph(graph)
+        self._writers["train"].flush()
+
     def hyperparameters(self, config, policy):
         """The config's keys (lists as text) and the policy the run trains with, once a run."""
         from tensorboard.plugins.hparams import api as hp
