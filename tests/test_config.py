@@ -154,3 +154,20 @@ def test_two_file_translation_needs_both_sides_of_each_split(tiny):
 def test_decode_settings_do_not_stop_a_resume(tiny):
     a, b = load(tiny), load(tiny, "decode.beam_size=8", "decode.dev_sentences=50")
     assert config_lib.differing_keys(a, b) == []
+
+
+@pytest.mark.parametrize("value", ["[0, 3]", "[5]", "[9, 5]", "[2.5, 3]", "[true, 3]"])
+def test_profile_steps_is_off_or_a_range(tiny, value):
+    with pytest.raises(ConfigError, match=r"runtime\.profile_steps: expected \[\] \(off\) or \[first, last\]"):
+        load(tiny, f"runtime.profile_steps={value}")
+
+
+def test_profiling_does_not_stop_a_resume(tiny):
+    assert load(tiny, "runtime.profile_steps=[2, 4]").runtime.profile_steps == [2, 4]
+    assert config_lib.differing_keys(load(tiny), load(tiny, "runtime.profile_steps=[2, 4]")) == []
+
+
+def test_histogram_every_is_off_or_a_positive_interval(tiny):
+    with pytest.raises(ConfigError, match=r"train\.histogram_every: expected an integer >= 0 \(0: no histograms\)"):
+        load(tiny, "train.histogram_every=-1")
+    assert config_lib.differing_keys(load(tiny), load(tiny, "train.histogram_every=5")) == []

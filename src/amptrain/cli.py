@@ -5,6 +5,7 @@ amptrain eval runs/classify-spam --split test
 amptrain predict runs/classify-spam --text "see you at lunch"
 amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
 amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
+amptrain doctor [--json]                                  # the hardware, the `auto` policy, the peaks
 """
 
 import argparse
@@ -41,7 +42,7 @@ def main(argv=None):
 def _parser():
     parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    for add in (_add_fit, _add_eval, _add_predict, _add_audit, _add_launch, _add_bench):
+    for add in (_add_fit, _add_eval, _add_predict, _add_audit, _add_launch, _add_bench, _add_doctor):
         add(commands)
     return parser
 
@@ -144,6 +145,30 @@ def _add_bench(commands):
     bench.set_defaults(run=_bench)
 
 
+def _add_doctor(commands):
+    doctor = commands.add_parser(
+        "doctor",
+        help="versions, devices, XLA, TF32, the policy `auto` would choose and why, matrix-product peaks",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument("--no-peaks", action="store_true", help="skip the matrix-product peaks (2 s a dtype)")
+    doctor.add_argument("--remeasure", action="store_true", help="measure the peaks again instead of the cache")
+    doctor.add_argument(
+        "--probe",
+        metavar="CONFIG",
+        help="also run the `auto` measurement (each candidate's tokens/s) on this config's model, e.g. a small one",
+    )
+    doctor.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of the --probe config (repeatable)",
+    )
+    doctor.set_defaults(run=_doctor)
+
+
 def _add_run_options(command):
     """The options of a command that trains a config into a run folder (fit, launch)."""
     command.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
@@ -207,6 +232,18 @@ def _launch(args):
     from amptrain.launch import launch
 
     return launch(args.config, args.workers, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
+
+
+def _doctor(args):
+    from amptrain import doctor
+
+    report = doctor.diagnose(measure_peaks=not args.no_peaks, refresh=args.remeasure)
+    if args.probe:
+        report["probe"] = doctor.probe_config(args.probe, args.overrides)
+    print(json.dumps(report, indent=2) if args.json else doctor.format_report(report))
+    if not args.json and report["peaks"]:
+        print(doctor.cache_note())
+    return 0
 
 
 def _bench(args):

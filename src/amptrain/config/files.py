@@ -10,7 +10,7 @@ import typing
 
 import tomli_w
 
-from amptrain.config.sections import PATH_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config
+from amptrain.config.sections import OBSERVING_KEYS, PATH_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config
 from amptrain.config.validation import validate
 from amptrain.errors import ConfigError
 
@@ -138,7 +138,7 @@ def save_config(config, path):
         tomli_w.dump(to_dict(config), f)
 
 
-def differing_keys(a, b, ignore=RUN_LENGTH_KEYS + PLACEMENT_KEYS):
+def differing_keys(a, b, ignore=RUN_LENGTH_KEYS + PLACEMENT_KEYS + OBSERVING_KEYS):
     """The `section.key` names whose values differ between two configs."""
     flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
     keys = sorted(set(flat_a) | set(flat_b))

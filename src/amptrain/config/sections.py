@@ -99,6 +99,9 @@ class RuntimeConfig:
     seed: int = 0
     deterministic: bool = False
     check_numerics: bool = False  # tf.debugging.enable_check_numerics; turns XLA off
+    # [first, last]: trace these steps (rounded to whole graph calls) into the run's
+    # TensorBoard folder for the profile plugin; empty: no profiling
+    profile_steps: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class TrainConfig:
     # > 0: keep an exponential moving average of the weights with this decay; dev and test
     # evaluations (and the best checkpoint) use it. 0: off
     ema_decay: float = 0.0
+    # > 0: weight and gradient histograms in TensorBoard every this many steps; 0: off
+    histogram_every: int = 0
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -155,6 +160,8 @@ PLACEMENT_KEYS = (
     "runtime.tpu",
     "runtime.collective_timeout",
 )
+# Keys that only say what a run records about itself: a rerun may change them and resume.
+OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every")
 PATH_KEYS = (
     "data.train",
     "data.dev",

@@ -110,6 +110,15 @@ def validate(config):
         r.collective_timeout,
     )
     require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
+    require(
+        r.profile_steps == []
+        or len(r.profile_steps) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in r.profile_steps)
+        and 1 <= r.profile_steps[0] <= r.profile_steps[1],
+        "runtime.profile_steps",
+        "[] (off) or [first, last], integers with 1 <= first <= last",
+        r.profile_steps,
+    )
     require(t.steps is None or t.steps >= 1, "train.steps", "an integer >= 1", t.steps)
     require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)
     require(t.batch_size >= 1, "train.batch_size", "an integer >= 1", t.batch_size)
@@ -124,6 +133,7 @@ def validate(config):
     for key in ("log_every", "checkpoint_every", "max_to_keep"):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
+    require(t.histogram_every >= 0, "train.histogram_every", "an integer >= 0 (0: no histograms)", t.histogram_every)
     require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
     require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
     require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)

@@ -28,10 +28,23 @@ import keras
 from amptrain import distribute
 from amptrain.engine.build import build_training
 from amptrain.engine.checkpoints import Checkpoints
+from amptrain.engine.histograms import Histograms
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
-from amptrain.engine.run_log import EVERY_WORKER, LOGGER_NAME, MetricsLog, Progress, Scalars, Window, read_metrics
+from amptrain.engine.profiling import StepProfiler
+from amptrain.engine.run_log import (
+    EVERY_WORKER,
+    LOGGER_NAME,
+    MetricsLog,
+    Progress,
+    Scalars,
+    Window,
+    announce,
+    read_metrics,
+    run_record,
+)
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
+from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import ConfigError, Interrupted, NumericsError
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -83,11 +96,16 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     start_step = checkpoints.restore_latest()
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
-    record = _run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
+    record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
     log.write({**record, "precision_choice": choice})
-    _announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
+    if not start_step:
+        scalars.hyperparameters(config, policy)
+    announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
     eval_every = config.train.eval_every or steps_per_epoch
     loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
+    loop.utilisation = Utilisation.for_run(job.model, policy, placement.strategy)
+    loop.profiler = StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard"))  # None: off
+    loop.histograms = Histograms.from_config(config, job, parts.trainer, scalars)
     try:
         loop.run(start_step)
         # The chief may still be writing the best checkpoint that every worker reads next.
@@ -99,48 +117,6 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     step = int(parts.trainer.step.numpy())
     logger.info(f"{who}final weights {weights_fingerprint(job.model)} (step {step})", extra=EVERY_WORKER)
     return metrics
-
-
-def _run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):
-    """The `run` record of metrics.jsonl: how this (part of the) run trains."""
-    t = config.train
-    return {
-        "kind": "run",
-        **placement.describe(cluster),
-        "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
-        "tokens_per_batch": config.data.tokens_per_batch or None,
-        "accumulation_steps": t.accumulation_steps,
-        "policy": policy,
-        "policy_reason": policy_reason,
-        "jit_compile": config.runtime.jit_compile,
-        "steps_per_execution": config.runtime.steps_per_execution,
-        "loss_scale": scaler.describe() if scaler is not None else None,
-        "on_nonfinite": t.on_nonfinite,
-        "ema_decay": t.ema_decay,
-        "resumed_from_step": start_step,
-        "total_steps": steps,
-    }
-
-
-def _announce(config, placement, cluster, policy, policy_reason, scaler, start_step, steps, steps_per_epoch):
-    """The log lines that say how the run trains: strategy, batches, precision, length."""
-    t = config.train
-    if start_step:
-        logger.info(f"resuming from the checkpoint of step {start_step}")
-    replicas = placement.strategy.num_replicas_in_sync
-    tokens = config.data.tokens_per_batch
-    logger.info(
-        f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
-        + (
-            f"global batches of {tokens} padded tokens (rows by length, split over the replicas)"
-            if tokens
-            else f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
-        )
-        + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
-    )
-    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
-    if scaler is not None:
-        logger.info(scaler.describe())
 
 
 def weights_fingerprint(model):
@@ -159,7 +135,10 @@ class _Loop:
         self.lr_factor = lr_factor
         self.spe = config.runtime.steps_per_execution
         t = config.train
-        self.intervals = (t.log_every, eval_every, t.checkpoint_every)  # a graph call never crosses one
+        # a graph call never crosses one of these
+        self.intervals = (t.log_every, eval_every, t.checkpoint_every) + (
+            (t.histogram_every,) if t.histogram_every else ()
+        )
         self.restores = 0
 
     def run(self, start_step):
@@ -190,6 +169,8 @@ class _Loop:
             )
             raise
         finally:
+            if self.profiler:  # a run that ended (or stopped) inside the range
+                self.profiler.stop(int(self.trainer.step.numpy()))
             if in_main_thread:
                 signal.signal(signal.SIGTERM, previous_handler)
 
@@ -204,8 +185,15 @@ class _Loop:
         window = Window()
         try:
             while step < self.steps:
-                totals = self.trainer.train(iterator, self._chunk(step))
+                n = self._chunk(step)
+                if self.profiler:
+                    self.profiler.before_call(step, n)
+                totals = self.trainer.train(iterator, n)
+                if step == 0:  # the first call of a fresh run: its graph for TensorBoard
+                    self.scalars.graph(self.trainer.train_graph(iterator, n))
                 previous, step = step, int(self.trainer.step.numpy())
+                if self.profiler:
+                    self.profiler.after_call(step)
                 window.add(totals, step - previous)
                 if self.terminated.is_set():
                     raise Interrupted("SIGTERM")
@@ -216,11 +204,14 @@ class _Loop:
                 if stopped:
                     self._log_train(step, window)
                     return self._cannot_go_on(totals, step)
-                progress.update(step, window.last_loss, window.tokens_per_second(), self._scale_note())
+                mfu = self.utilisation.mfu(window)
+                progress.update(step, window.last_loss, window.tokens_per_second(), self._scale_note(), mfu)
                 if step % self.config.train.log_every == 0 or step == self.steps:
                     progress.clear()
                     self._log_train(step, window)
                     window = Window()
+                if self.histograms and self.histograms.due(step):
+                    self.histograms.write(step)
                 if self._end_of_interval(step) and self._evaluate_and_checkpoint(step):
                     return self.steps
         finally:
@@ -295,6 +286,7 @@ class _Loop:
             "grad_norm": window.grad_norm,
             "tokens_per_second": window.tokens_per_second(),
             "padded_tokens_per_second": window.tokens_per_second(padded=True),
+            **self.utilisation.figures(window),
             "wall_time": time.time(),
         }
         self.log.write(record)
@@ -303,6 +295,7 @@ class _Loop:
         logger.info(
             f"step {step}/{self.steps}  loss {record['loss']:.4f}  lr {record['learning_rate']:.2e}  "
             f"{record['tokens_per_second']:,.0f} tokens/s"
+            + (f"  MFU {record['mfu']:.1%}" if record["mfu"] is not None else "")
             + (f"  loss scale {record['loss_scale']:g}" if scale is not None else "")
             + skipped
         )

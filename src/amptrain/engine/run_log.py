@@ -1,4 +1,5 @@
-"""What a run tells: `metrics.jsonl`, TensorBoard scalars, `train.log` and the progress line.
+"""What a run tells: `metrics.jsonl` (its `run` record among them), TensorBoard scalars,
+`train.log` (the lines that announce the run) and the progress line.
 
 log = MetricsLog("runs/x/metrics.jsonl", resume_step=0)
 log.write({"kind": "train", "step": 25, "loss": 0.41})
@@ -12,6 +13,7 @@ import sys
 import time
 
 LOGGER_NAME = "amptrain"
+logger = logging.getLogger(LOGGER_NAME)
 
 
 EVERY_WORKER = {"every_worker": True}  # `extra=` of a line that every worker shows on its terminal
@@ -97,23 +99,95 @@ def atomic_write(path, text):
     os.replace(temporary, path)
 
 
+def run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):
+    """The `run` record of metrics.jsonl: how this (part of the) run trains."""
+    t = config.train
+    return {
+        "kind": "run",
+        **placement.describe(cluster),
+        "global_batch_size": None if config.data.tokens_per_batch else t.batch_size,
+        "tokens_per_batch": config.data.tokens_per_batch or None,
+        "accumulation_steps": t.accumulation_steps,
+        "policy": policy,
+        "policy_reason": policy_reason,
+        "jit_compile": config.runtime.jit_compile,
+        "steps_per_execution": config.runtime.steps_per_execution,
+        "loss_scale": scaler.describe() if scaler is not None else None,
+        "on_nonfinite": t.on_nonfinite,
+        "ema_decay": t.ema_decay,
+        "resumed_from_step": start_step,
+        "total_steps": steps,
+    }
+
+
+def announce(config, placement, cluster, policy, policy_reason, scaler, start_step, steps, steps_per_epoch):
+    """The log lines that say how the run trains: strategy, batches, precision, length."""
+    t = config.train
+    if start_step:
+        logger.info(f"resuming from the checkpoint of step {start_step}")
+    replicas = placement.strategy.num_replicas_in_sync
+    tokens = config.data.tokens_per_batch
+    logger.info(
+        f"strategy {placement.name} ({placement.why}): {replicas} replica(s) on {cluster.num_workers} worker(s); "
+        + (
+            f"global batches of {tokens} padded tokens (rows by length, split over the replicas)"
+            if tokens
+            else f"global batch {t.batch_size} ({t.batch_size // replicas} a replica)"
+        )
+        + (f" x {t.accumulation_steps} micro-batches a step" if t.accumulation_steps > 1 else "")
+    )
+    logger.info(f"policy {policy} ({policy_reason}); {steps} steps, {steps_per_epoch} a epoch")
+    if scaler is not None:
+        logger.info(scaler.describe())
+
+
 class Scalars:
-    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`."""
+    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`; the run's
+    hyperparameters (the hparams plugin) with the `train` ones."""
 
     def __init__(self, directory):
         self.directory = directory
         self._writers = {}
 
-    def write(self, group, step, values):
+    def writer(self, group):
+        """The summary writer of `group` (histograms write with it too)."""
         import tensorflow as tf
 
         if group not in self._writers:
             self._writers[group] = tf.summary.create_file_writer(os.path.join(self.directory, group))
-        with self._writers[group].as_default(step=step):
+        return self._writers[group]
+
+    def write(self, group, step, values):
+        import tensorflow as tf
+
+        with self.writer(group).as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, (int, float)) and value is not None and not isinstance(value, bool):
                     tf.summary.scalar(name, value)
         self._writers[group].flush()
+
+    def graph(self, graph):
+        """The training call's graph (TensorBoard's Graphs tab), once a run."""
+        import tensorflow as tf
+
+        with self.writer("train").as_default():
+            tf.summary.graph(graph)
+        self._writers["train"].flush()
+
+    def hyperparameters(self, config, policy):
+        """The config's keys (lists as text) and the policy the run trains with, once a run."""
+        from tensorboard.plugins.hparams import api as hp
+
+        from amptrain.config import to_dict
+
+        values = {"task": config.task, "policy": policy}
+        for section, keys in to_dict(config).items():
+            for key, value in keys.items() if isinstance(keys, dict) else ():
+                if value is not None:
+                    values[f"{section}.{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+        with self.writer("train").as_default():
+            hp.hparams(values)
+        self._writers["train"].flush()
 
     def close(self):
         for writer in self._writers.values():
@@ -121,7 +195,7 @@ class Scalars:
 
 
 class Progress:
-    """A progress line: step, loss, tokens/s and time left; redrawn in place on a terminal."""
+    """A progress line: step, loss, tokens/s, MFU and time left; redrawn in place on a terminal."""
 
     def __init__(self, total_steps, start_step, stream=sys.stderr):
         self.total_steps = total_steps
@@ -130,7 +204,7 @@ class Progress:
         self.stream = stream
         self.interactive = stream.isatty()
 
-    def update(self, step, loss, tokens_per_second, note=""):
+    def update(self, step, loss, tokens_per_second, note="", mfu=None):
         if not self.interactive:
             return
         done = step - self.start_step
@@ -138,7 +212,8 @@ class Progress:
         left = elapsed / done * (self.total_steps - step) if done else float("nan")
         line = (
             f"step {step}/{self.total_steps}  loss {loss:.4f}  "
-            f"{tokens_per_second:,.0f} tokens/s  {note + '  ' if note else ''}{format_duration(left)} left"
+            f"{tokens_per_second:,.0f} tokens/s  {f'MFU {mfu:.1%}  ' if mfu is not None else ''}"
+            f"{note + '  ' if note else ''}{format_duration(left)} left"
         )
         self.stream.write("\r" + line.ljust(100))
         self.stream.flush()
@@ -170,6 +245,7 @@ class Window:
         self.overflow_steps = 0
         self.steps = 0
         self.tokens = [0, 0]
+        self.examples = 0
         self.grad_norm = None
         self.last_loss = float("nan")
 
@@ -179,6 +255,7 @@ class Window:
         self.overflow_steps += int(totals["overflow_steps"])
         self.steps += n
         self.tokens = [self.tokens[0] + int(totals["tokens"][0]), self.tokens[1] + int(totals["tokens"][1])]
+        self.examples += int(totals["examples"])
         if int(totals["applied_steps"]):
             self.grad_norm = float(totals["grad_norm"])
         self.last_loss = self.mean_loss()

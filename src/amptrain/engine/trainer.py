@@ -249,6 +249,10 @@ class Trainer:
         totals = self._train_loop(iterator, tf.constant(num_steps, tf.int64))
         return {key: value.numpy() for key, value in totals.items()}
 
+    def train_graph(self, iterator, num_steps):
+        """The graph of the training call (already traced for these arguments), for TensorBoard."""
+        return self._train_loop.get_concrete_function(iterator, tf.constant(num_steps, tf.int64)).graph
+
     def predict(self, dataset):
         """Model outputs for each batch of a finite dataset of (features, targets, token_counts)."""
         from amptrain.distribute import distribute_batches

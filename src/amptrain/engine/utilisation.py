@@ -1,0 +1,91 @@
+"""Memory and model FLOPs utilisation (MFU) for each `train` record.
+
+    utilisation = Utilisation.for_run(model, policy, strategy)   # the peak: data sheet or measured
+    utilisation.figures(window)  # {"memory_bytes", "peak_memory_bytes", "mfu"}
+
+MFU is the bench's (`bench/flops.py`): training FLOPs per real token, at the window's mean
+padded length, times real tokens/s, over the peak of the run's precision: the data sheet's
+for a known GPU or TPU (times the replicas), else this CPU's measured matrix-product peak
+in the compute dtype (`bench/peaks.py`: cached per machine, measured at the run's start
+when missing, about two seconds). None when the peak is unknown (an accelerator not in the
+table). Logical CPU replicas share one CPU, so the CPU peak is not multiplied; workers on
+several machines would each have their own, so there the figure is understated.
+"""
+
+import functools
+import logging
+
+from amptrain.engine.run_log import LOGGER_NAME
+
+logger = logging.getLogger(LOGGER_NAME)
+
+
+def memory_in_use():
+    """(bytes in use, peak bytes): the first GPU's allocator (`get_memory_info`), else the
+    process's resident memory and its high-water mark (/proc/self/status VmRSS, VmHWM);
+    (None, None) where neither can be read."""
+    import tensorflow as tf
+
+    if _has_gpu():
+        info = tf.config.experimental.get_memory_info("GPU:0")
+        return int(info["current"]), int(info["peak"])
+    return resident_memory()
+
+
+@functools.cache
+def _has_gpu():
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))  # 0.1 ms a call: asked once
+
+
+def resident_memory(path="/proc/self/status"):
+    found = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    name, value = line.split(":", 1)
+                    found[name] = int(value.split()[0]) * 1024  # the file says kB
+    except (OSError, ValueError):
+        pass
+    return found.get("VmRSS"), found.get("VmHWM")
+
+
+class Utilisation:
+    def __init__(self, flops_at, peak=None):
+        # flops_at(length): training FLOPs per token at a padded length (linear in it)
+        self.flops_at = flops_at
+        self.peak = peak  # (FLOP/s, where it comes from) or None
+
+    @classmethod
+    def for_run(cls, model, policy, strategy, measure=None):
+        from amptrain.bench.flops import training_flops_per_token
+        from amptrain.bench.peaks import run_peak, timed_matmul_peak
+        from amptrain.precision.policy import describe_devices
+
+        base, per_length = training_flops_per_token(model, 0), training_flops_per_token(model, 1)
+        devices = describe_devices()
+        try:
+            peak = run_peak(policy, devices, measure or timed_matmul_peak)
+        except Exception as error:  # noqa: BLE001 - a figure, never a reason to stop a run
+            logger.warning(f"MFU: no peak ({type(error).__name__}: {error}); mfu is null")
+            peak = None
+        if peak is not None and devices:
+            replicas = strategy.num_replicas_in_sync
+            peak = (peak[0] * replicas, f"{replicas} x {peak[1]}" if replicas > 1 else peak[1])
+        if peak is None:
+            logger.info("MFU: the peak of this device is not known; mfu is null")
+        else:
+            logger.info(f"MFU against {peak[0] / 1e9:,.1f} GFLOP/s: {peak[1]}")
+        return cls(lambda length: base + (per_length - base) * length, peak)
+
+    def mfu(self, window):
+        if self.peak is None or not window.examples:
+            return None
+        length = window.tokens[1] / window.examples  # mean padded length
+        return self.flops_at(length) * window.tokens_per_second() / self.peak[0]
+
+    def figures(self, window):
+        memory, peak_memory = memory_in_use()
+        return {"memory_bytes": memory, "peak_memory_bytes": peak_memory, "mfu": self.mfu(window)}
