@@ -124,6 +124,7 @@ def test_the_quick_measurement_is_a_real_product():
     assert size == 128 and flops > 0
 
 
+@pytest.mark.slow  # compiles and times the candidates: about 15 s
 def test_doctor_probe_measures_the_auto_candidates_on_a_config(tiny, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
     argv = ["doctor", "--json", "--no-peaks", "--probe", str(tiny / "tiny.toml"), "--set", "runtime.jit_compile=false"]

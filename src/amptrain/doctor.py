@@ -70,13 +70,18 @@ def probe_config(path, overrides=()):
     strategy = distribute.select_strategy(config.runtime).strategy
     found, excluded = probe.candidates(config, probe.Hardware.detect())
     task = prepared_in_scratch(config)
-    results, seconds, shape = measure_candidates(task, config, strategy, found, progress=lambda line: None)
-    chosen, why = probe.choose(results, found)
+    planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
+    measured = measure_candidates(task, config, strategy, found, planned, progress=lambda line: None)
+    chosen, why = probe.choose(
+        measured.results, found, estimate=lambda c, median: measured.run_seconds(c, median, planned)
+    )
     return {
         "config": str(path),
-        "batch_shape": list(shape),
-        "seconds": round(seconds, 1),
-        "tokens_per_second": {c.label(): v for c, v in results.items()},  # each round's, or the error
+        "batch_shape": list(measured.batch_shape),
+        "seconds": round(measured.seconds, 1),
+        "planned_steps": planned,
+        "tokens_per_second": {c.label(): v for c, v in measured.results.items()},  # each round's, or the error
+        "compile_seconds": {c.label(): round(v, 2) for c, v in measured.compile_seconds.items()},
         "choice": chosen.label() if chosen else None,
         "why": why,
         "excluded": excluded,

@@ -77,8 +77,10 @@ def test_bench_says_which_row_auto_would_choose(monkeypatch):
         row("mixed_float16", False, 20, 999.0),  # never a candidate on a CPU
         row("mixed_bfloat16", True, 20, 500.0, batch=16),  # not the config's batch
     ]
-    # spe 20 is nearer the config's 4 than 1 is not: |1-4| < |20-4|, so the spe-1 rows decide
-    assert auto_choice(config, rows).startswith("by speed alone auto would choose float32+XLA (fastest measured: float32+XLA 150")
+    # spe 1 is nearer the config's 4 than 20 is (|1-4| < |20-4|), so the spe-1 rows decide
+    assert auto_choice(config, rows).startswith(
+        "by speed alone auto would choose float32+XLA (fastest measured: float32+XLA 150"
+    )
     assert "not in this grid: bf16+XLA" in auto_choice(config, rows)
     config = config_lib.config_from_dict(
         {"data": {"train": train}, "runtime": {"steps_per_execution": 16}, "train": {"batch_size": 8}}
