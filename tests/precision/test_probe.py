@@ -132,6 +132,11 @@ def test_measured_once_then_cached_then_reused_from_the_run_folder(tmp_path, mon
     (tmp_path / "cache").rename(tmp_path / "gone")
     resumed = decide(cfg, measure, recorded={**first, "source": "measured"})
     assert measure.calls == 2 and resumed["source"] == "run folder" and resumed["policy"] == "mixed_bfloat16"
+    # a short run measures nothing, but a cached measurement of its model decides it
+    (tmp_path / "gone").rename(tmp_path / "cache")
+    short = decide(config(runtime__jit_compile="auto", model__hidden_dim=128), measure, steps=10)
+    assert (short["source"], short["policy"], short["jit_compile"]) == ("cache", "mixed_bfloat16", False)
+    assert measure.calls == 2 and short["reason"].startswith("shortest estimated run: bf16 200 tokens/s")
 
 
 def test_no_measurement_when_named_alone_or_short(tmp_path, monkeypatch):

@@ -172,7 +172,7 @@ class Measurement:
                     "compile_seconds": _round(self.compile_seconds.get(c)),
                 }
                 for c in self.results
-            ],  # fmt: skip
+            ],
             "probe_seconds": round(self.seconds, 1),
             "batch_shape": list(self.batch_shape),
             "tokens_per_step": self.tokens_per_step,
@@ -284,9 +284,9 @@ def write_record(path, record):
 
 def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
     """The decision record for a run: `recorded` (the run folder's, on resume), else the
-    one candidate there is, else the hardware rule for a short run, else the shortest
-    estimated run by the cached measurement or, with none cached, by a new one
-    (`measure(candidates) -> Measurement`, then cached). The estimate counts the steps the
+    one candidate there is, else the shortest estimated run by the cached measurement,
+    else the hardware rule for a short run, else the shortest estimated run by a new
+    measurement (`measure(candidates) -> Measurement`, then cached). The estimate counts the steps the
     run plans and its compilations (XLA compiles once a batch shape). `key_fn(found)` ->
     the cache key (it needs the batch shape, so it is only computed when needed)."""
     if recorded is not None:
@@ -297,13 +297,13 @@ def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
         c = found[0]
         why = "named in the config" if config.precision.policy != "auto" else "the only candidate"
         return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "named", "reason": why}
-    if planned_steps < MIN_STEPS:
-        c, why = rule(config, hardware)
-        why = f"{why} (a run of {planned_steps} steps is too short to pay for a probe; it measures from {MIN_STEPS})"
-        return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "rule", "reason": why}
     key = key_fn(found)
     path = os.path.join(cache_dir(), "probe", f"{key}.json")
     source, measured = "cache", _read_measurement(path)
+    if measured is None and planned_steps < MIN_STEPS:
+        c, why = rule(config, hardware)
+        why = f"{why} (a run of {planned_steps} steps is too short to pay for a probe; it measures from {MIN_STEPS})"
+        return {**base, "policy": c.policy, "jit_compile": c.jit_compile, "source": "rule", "reason": why}
     if measured is None:
         source, measured = "measured", measure(found)
         write_record(path, {"key": key, **measured.to_json()})
