@@ -52,6 +52,7 @@ def _fit(config, run_dir, write_dir, cluster):
     task = create_task(config, run_dir)
     placement, choice = _prepare(config, task, cluster, run_dir)
     logger.info(probe.summary(choice))
+    xla_asked = config.runtime.jit_compile is True  # check-numerics says it turns that off
     config = task.config = probe.apply(config, choice)
 
     try:
@@ -59,9 +60,8 @@ def _fit(config, run_dir, write_dir, cluster):
             test_metrics = _train(task, config, run_dir, write_dir, cluster, placement, choice)
         else:
             try:
-                test_metrics = _train(
-                    task, check_numerics.enable(config), run_dir, write_dir, cluster, placement, choice
-                )
+                checked = check_numerics.enable(config, xla_asked)
+                test_metrics = _train(task, checked, run_dir, write_dir, cluster, placement, choice)
             finally:
                 # Process-wide for this thread: a later fit in the same process must not inherit it.
                 check_numerics.disable()

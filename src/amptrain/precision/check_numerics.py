@@ -46,11 +46,13 @@ _KINDS = {"NaN": "NaN", "+Inf": "+inf", "-Inf": "-inf"}
 GRADIENT_SCOPE = "gradient_tape"
 
 
-def enable(config):
-    """Turns check-numerics on (this thread) and returns `config` with XLA off."""
+def enable(config, xla_asked=None):
+    """Turns check-numerics on (this thread) and returns `config` with XLA off. `xla_asked`:
+    whether the user's config named XLA (default: `config`'s own `jit_compile is True`; a
+    run passes its config as given, since the probe has already turned XLA off)."""
     tf.debugging.enable_check_numerics()
     line = "check-numerics is on: the first NaN or inf any op produces stops the run, naming the op and its layer"
-    if config.runtime.jit_compile is True:  # "auto" was resolved before (precision/probe.py)
+    if config.runtime.jit_compile is True if xla_asked is None else xla_asked:
         line += "; XLA is off for this run (runtime.jit_compile = false): XLA cannot compile the check-numerics ops"
     logger.info(line)
     p = config.precision
