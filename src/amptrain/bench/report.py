@@ -65,7 +65,7 @@ def environment():
     import keras
     import tensorflow as tf
 
-    from amptrain.precision.policy import cpu_flags_from_proc, describe_devices
+    from amptrain.precision.policy import cpu_flags_from_proc, cpu_model_name, describe_devices
 
     flags = cpu_flags_from_proc()
     return {
@@ -73,22 +73,11 @@ def environment():
         "python": platform.python_version(),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model_name() or platform.processor() or "unknown",
         "cpu_count": os.cpu_count(),
         "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "fma"}),
         "accelerators": describe_devices(),
     }
-
-
-def _cpu_model(path="/proc/cpuinfo"):
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def write_all(results, out_dir):

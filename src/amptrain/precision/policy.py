@@ -57,21 +57,19 @@ def describe_devices():
 
 
 def cpu_flags_from_proc(path="/proc/cpuinfo"):
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(_cpuinfo_field("flags", path).split())
 
 
 def cpu_model_name(path="/proc/cpuinfo"):
+    return _cpuinfo_field("model name", path)
+
+
+def _cpuinfo_field(name, path):
+    """The value of the first `name : value` line of /proc/cpuinfo ("" when unreadable)."""
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
