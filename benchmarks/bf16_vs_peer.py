@@ -146,9 +146,11 @@ def peer_python(venv):
 
 
 class Worker:
-    def __init__(self, python, kind, names, args):
-        command = [python, os.path.abspath(__file__), "--serve", kind, "--steps", str(args.steps)]
-        command += ["--dropout", str(args.dropout)]
+    """A long-lived worker process of `script` (this file unless named) serving `kind`."""
+
+    def __init__(self, python, kind, names, args, script=__file__, extra=None):
+        command = [python, os.path.abspath(script), "--serve", kind, "--steps", str(args.steps)]
+        command += ["--dropout", str(args.dropout)] if extra is None else extra
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.path.join(ROOT, "src")}
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT

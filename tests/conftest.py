@@ -175,3 +175,26 @@ def tiny_translation(tmp_path_factory):
     (tmp_path / "test.tsv").write_text("\n".join(lines[112:124]) + "\n", encoding="utf-8")
     (tmp_path / "tiny.toml").write_text(TINY_TRANSLATION_CONFIG.replace("{dir}", str(tmp_path)))
     return tmp_path
+
+
+# The tiny random BERT in the Hugging Face layout (tests/pretrained/make_reference.py made it).
+TINY_BERT = os.path.join(ROOT, "tests", "pretrained", "tiny-bert")
+
+PRETRAINED_MODEL = f"""[model]
+pretrained = "{TINY_BERT}"
+dropout = 0.1
+"""
+
+
+def pretrained_config(config):
+    """A tiny config with its [model] section replaced by the tiny pretrained BERT, and the
+    fine-tuning recipe's keys."""
+    start, end = config.index("[model]"), config.index("[train]")
+    return config[:start] + PRETRAINED_MODEL + config[end:] + "head_learning_rate = 1e-2\nlayer_decay = 0.8\n"
+
+
+@pytest.fixture
+def tiny_pretrained(tiny):
+    """The tiny spam config (`tiny`) on the tiny pretrained BERT: `pretrained.toml`."""
+    (tiny / "pretrained.toml").write_text(pretrained_config((tiny / "tiny.toml").read_text()))
+    return tiny / "pretrained.toml"

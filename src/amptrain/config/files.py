@@ -10,6 +10,7 @@ import typing
 
 import tomli_w
 
+from amptrain.config import pretrained
 from amptrain.config.sections import OBSERVING_KEYS, PATH_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config
 from amptrain.config.validation import validate
 from amptrain.errors import ConfigError
@@ -55,7 +56,7 @@ def config_from_dict(raw, overrides=(), base_dir=None, source="config"):
     config = _build(raw, source)
     config = _resolve_paths(config, base_dir or os.getcwd())
     validate(config)
-    return config
+    return pretrained.resolve(config, given=raw.get("model", {}))
 
 
 def parse_override(text):
@@ -121,7 +122,10 @@ def _resolve_paths(config, base_dir):
         value = getattr(data, name)
         if value and not os.path.isabs(value):
             resolved[name] = os.path.normpath(os.path.join(base_dir, value))
-    return dataclasses.replace(config, data=dataclasses.replace(data, **resolved))
+    model = config.model
+    if model.pretrained and not os.path.isabs(model.pretrained):
+        model = dataclasses.replace(model, pretrained=os.path.normpath(os.path.join(base_dir, model.pretrained)))
+    return dataclasses.replace(config, data=dataclasses.replace(data, **resolved), model=model)
 
 
 def to_dict(config):

@@ -53,6 +53,10 @@ class ModelConfig:
     dropout: float = 0.1
     num_decoder_layers: int = 0  # translation: 0 means model.num_layers
     tie_embeddings: bool = True  # translation: the output projection is the target embedding
+    # a pretrained encoder's folder (classification, ner): Hugging Face (config.json,
+    # model.safetensors, vocab.txt) or keras-hub preset layout; the shape keys above then
+    # come from it (config/pretrained.py), its vocabulary and casing too
+    pretrained: str = ""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,10 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
     warmup_steps: int = 50
+    # with model.pretrained: the learning rate of the new head (0: train.learning_rate), and
+    # each encoder layer's rate times this per layer below the top (1: the same everywhere)
+    head_learning_rate: float = 0.0
+    layer_decay: float = 1.0
     decay: str = "cosine"  # cosine | linear | constant
     clip_norm: float = 1.0  # 0 turns clipping off
     outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)

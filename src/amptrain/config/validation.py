@@ -141,6 +141,28 @@ def validate(config):
     require(t.max_restores >= 1, "train.max_restores", "an integer >= 1", t.max_restores)
     require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
     require(0.0 <= t.ema_decay < 1.0, "train.ema_decay", "a number in [0, 1) (0: no weight average)", t.ema_decay)
+    require(
+        t.head_learning_rate >= 0,
+        "train.head_learning_rate",
+        "a number >= 0 (0: train.learning_rate)",
+        t.head_learning_rate,
+    )
+    require(0 < t.layer_decay <= 1, "train.layer_decay", "a number in (0, 1] (1: no decay)", t.layer_decay)
+    if not m.pretrained:
+        require(
+            t.head_learning_rate == 0,
+            "train.head_learning_rate",
+            "0 (a head's own rate needs model.pretrained)",
+            t.head_learning_rate,
+        )
+        require(t.layer_decay == 1, "train.layer_decay", "1 (layer-wise decay needs model.pretrained)", t.layer_decay)
+    else:
+        require(
+            config.task in ("classification", "ner"),
+            "model.pretrained",
+            'nothing for task "translation" (pretrained encoders serve classification and ner)',
+            m.pretrained,
+        )
 
 
 def round_up8(value):

@@ -16,6 +16,7 @@ import dataclasses
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.optimizer import build_optimizer
 from amptrain.engine.trainer import Trainer
+from amptrain.models.pretrained import decays, learning_rate_scales
 from amptrain.precision.loss_scale import build_scaler
 
 
@@ -53,7 +54,8 @@ def build_training(model, loss_fn, config, strategy, policy, total_steps, fuse_s
     even on one device (the engine's path under several replicas; benchmarks compare them)."""
     t = config.train
     with strategy.scope():
-        optimizer, lr_factor = build_optimizer(t, total_steps)
+        scales = learning_rate_scales(model, t)  # None unless the model has a pretrained encoder
+        optimizer, lr_factor = build_optimizer(t, total_steps, scales, decays)
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
         average = WeightAverage(strategy, model.trainable_variables, t.ema_decay) if t.ema_decay > 0 else None

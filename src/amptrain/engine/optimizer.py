@@ -47,9 +47,43 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def build_optimizer(train_config, total_steps):
-    """Returns (optimizer, the schedule's learning-rate factor variable)."""
+class ScaledAdamW(keras.optimizers.Adam):
+    """AdamW whose learning rate, and so its decoupled weight decay, is scaled per variable
+    (the fine-tuning recipe: a head's own rate, layer-wise decay), with no decay on the
+    variables `decays` refuses (biases and layer norms).
+
+    Keras' AdamW decays every variable by the one global rate (`_apply_weight_decay`), so
+    the decay is applied here, in each variable's update, before Adam's step: the order
+    AdamW applies them in. Scaling the gradients instead would do nothing: Adam's step does
+    not depend on the gradient's scale."""
+
+    def __init__(self, scales, decays, weight_decay, **kwargs):
+        super().__init__(**kwargs)
+        self._scale_of = scales  # {id(variable): factor}
+        self._decays_fn = decays
+        self.decoupled_weight_decay = weight_decay
+
+    def build(self, var_list):
+        super().build(var_list)
+        self._scales = [float(self._scale_of.get(id(v), 1.0)) for v in var_list]
+        self._decayed = [self.decoupled_weight_decay > 0 and self._decays_fn(v) for v in var_list]
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        learning_rate = ops.cast(learning_rate, variable.dtype) * self._scales[index]
+        if self._decayed[index]:
+            variable.assign_sub(variable * (learning_rate * self.decoupled_weight_decay))
+        super().update_step(gradient, variable, learning_rate)
+
+
+def build_optimizer(train_config, total_steps, scales=None, decays=None):
+    """Returns (optimizer, the schedule's learning-rate factor variable). `scales`
+    ({id(variable): factor}, see `models.pretrained.learning_rate_scales`) and `decays`
+    (variable -> bool): a `ScaledAdamW` (Adam with `train.optimizer = "adam"`: no decay)."""
     schedule = WarmupDecay(train_config.learning_rate, train_config.warmup_steps, total_steps, train_config.decay)
+    if scales is not None:
+        decay = train_config.weight_decay if train_config.optimizer == "adamw" else 0.0
+        return ScaledAdamW(scales, decays, decay, learning_rate=schedule), schedule.factor
     if train_config.optimizer == "adamw":
         return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=train_config.weight_decay), schedule.factor
     return keras.optimizers.Adam(learning_rate=schedule), schedule.factor

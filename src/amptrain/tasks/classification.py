@@ -17,7 +17,7 @@ import numpy as np
 
 from amptrain.data import readers
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import CLS, PAD_ID, WordPiece
+from amptrain.data.vocabulary import CLS, PAD_ID, SEP, WordPiece
 from amptrain.metrics.classification import classification_metrics
 from amptrain.tasks.base import Split
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
@@ -28,9 +28,14 @@ from amptrain.tasks.text import TextTask, batch_signature, token_counts
 logger = logging.getLogger("amptrain")
 
 
-def text_split(name, path, examples, label_ids, piece_ids, max_length):
-    """A split of texts: `token_ids` ([CLS] and pieces, cut to `max_length`) and `label_ids`."""
-    token_ids = [ids[:max_length] for ids in piece_ids]
+def text_split(name, path, examples, label_ids, piece_ids, max_length, sep_id=None):
+    """A split of texts: `token_ids` ([CLS] and pieces, cut to `max_length`) and `label_ids`.
+    With `sep_id` (a pretrained encoder's [SEP], which ends every text of `piece_ids`), a
+    cut text still ends with it."""
+    if sep_id is None:
+        token_ids = [ids[:max_length] for ids in piece_ids]
+    else:
+        token_ids = [ids if len(ids) <= max_length else np.append(ids[: max_length - 1], sep_id) for ids in piece_ids]
     return Split(
         name,
         path,
@@ -50,6 +55,7 @@ class ClassificationTask(TextTask):
         """Reads the splits, learns (or reloads from the run folder) the vocabulary and
         labels, and encodes. Bucket lengths come from the first named split the config has."""
         d = self.config.data
+        self._check_checkpoint()
         wanted, paths = self._wanted_splits(split_names)
         examples = {name: self._read(paths[name]) for name in wanted}
         self.labels = self._load_or_make_labels(lambda: readers.label_vocabulary(examples["train"]))
@@ -78,11 +84,18 @@ class ClassificationTask(TextTask):
 
     def _encode(self, name, path, examples, label_ids):
         pieces = self.encode_texts([e.text for e in examples])
-        return text_split(name, path, examples, label_ids, pieces, self.config.data.max_length)
+        return text_split(name, path, examples, label_ids, pieces, self.config.data.max_length, self.sep_id)
+
+    @property
+    def sep_id(self):
+        """[SEP]'s id when a pretrained encoder was trained with it ending every text, else None."""
+        return self.tokenizer.token_id(SEP) if self.checkpoint is not None else None
 
     def encode_texts(self, texts):
+        """[CLS] and each text's pieces (and [SEP] for a pretrained encoder)."""
         cls = np.array([self.tokenizer.token_id(CLS)], np.int32)
-        return [np.concatenate([cls, ids]) for ids in self.tokenizer.encode(texts)]
+        end = np.array([] if self.sep_id is None else [self.sep_id], np.int32)
+        return [np.concatenate([cls, ids, end]) for ids in self.tokenizer.encode(texts)]
 
     def batch_builder(self, split):
         token_ids, label_ids = split.encoded["token_ids"], split.encoded["label_ids"]
@@ -111,6 +124,10 @@ class ClassificationTask(TextTask):
         from amptrain.models.classifier import build_classifier
 
         d = self.config.data
+        if self.checkpoint is not None:
+            from amptrain.models.pretrained import build_pretrained_classifier
+
+            return build_pretrained_classifier(self.checkpoint, len(self.labels), self.config.model, dtype)
         return build_classifier(self.tokenizer.size, round_up(d.max_length), len(self.labels), self.config.model, dtype)
 
     def loss(self, targets, logits):
@@ -154,7 +171,13 @@ class ClassificationTask(TextTask):
     def predict_texts(self, texts, model, predict):
         examples = [readers.Example(text=t, label=self.labels[0], line=i + 1) for i, t in enumerate(texts)]
         split = text_split(
-            "input", "input", examples, [0] * len(texts), self.encode_texts(texts), self.config.data.max_length
+            "input",
+            "input",
+            examples,
+            [0] * len(texts),
+            self.encode_texts(texts),
+            self.config.data.max_length,
+            self.sep_id,
         )
         probabilities = self.probabilities(predict, self.own_buckets(split))
         records = []

@@ -27,7 +27,7 @@ import numpy as np
 
 from amptrain.data import conll
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import CLS, PAD_ID, UNK, WordPiece
+from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
 from amptrain.metrics import spans
 from amptrain.tasks.base import Split
 from amptrain.tasks.ner_features import CHARS_PER_WORD, NUM_CHARS, NUM_SHAPES, align, piece_chars, piece_shapes
@@ -47,11 +47,13 @@ WORD = re.compile(r"https?://\S+|[@#]?\w+(?:['’.-]\w+)*|\S")
 LOWERCASE_WORDS_FILE = "lowercase-words.json"
 
 
-def tagged_split(name, path, sentences, tag_ids, word_pieces, max_length, cls_id, lowercase_counts=None):
+def tagged_split(name, path, sentences, tag_ids, word_pieces, max_length, cls_id, lowercase_counts=None, sep_id=None):
     """A split of sentences, aligned: per sentence its `token_ids`, `first_pieces` (each kept
     word's first piece), `shapes` and `chars` a piece, and `tag_ids` a word; `truncated`
-    counts the words cut off."""
-    aligned = [align([word_pieces[w] for w in s.words], max_length, cls_id) for s in sentences]
+    counts the words cut off. With `sep_id` (a pretrained encoder's [SEP]) every sentence
+    ends with it, its shape and characters 0 as [CLS]'s."""
+    room = max_length if sep_id is None else max_length - 1
+    aligned = [align([word_pieces[w] for w in s.words], room, cls_id) for s in sentences]
     words = [s.words for s in sentences]
     encoded = {
         "token_ids": [ids for ids, _, _ in aligned],
@@ -60,6 +62,10 @@ def tagged_split(name, path, sentences, tag_ids, word_pieces, max_length, cls_id
         "chars": [piece_chars(w, ids, firsts) for w, (ids, firsts, _) in zip(words, aligned)],
         "tag_ids": [np.asarray(ids, np.int32) for ids in tag_ids],
     }
+    if sep_id is not None:
+        encoded["token_ids"] = [np.append(ids, np.int32(sep_id)) for ids in encoded["token_ids"]]
+        encoded["shapes"] = [np.append(shapes, np.int32(0)) for shapes in encoded["shapes"]]
+        encoded["chars"] = [np.concatenate([chars, np.zeros_like(chars[:1])]) for chars in encoded["chars"]]
     lengths = np.array([len(ids) for ids in encoded["token_ids"]])
     return Split(name, path, sentences, encoded, lengths, truncated=int(sum(cut for _, _, cut in aligned)))
 
@@ -78,6 +84,7 @@ class NerTask(TextTask):
     def prepare(self, split_names=("train", "dev", "test")):
         """Reads the splits, learns (or reloads from the run folder) the vocabulary and the
         tag set, and aligns. Bucket lengths come from the first named split the config has."""
+        self._check_checkpoint()
         wanted, paths = self._wanted_splits(split_names)
         sentences = {name: conll.read_conll(paths[name], self.config.data.format) for name in wanted}
         self.labels = self._load_or_make_labels(lambda: conll.tag_set(sentences["train"]))
@@ -136,8 +143,9 @@ class NerTask(TextTask):
     def _encode(self, name, path, sentences, tag_ids):
         pieces = self.word_pieces([w for s in sentences for w in s.words])
         cls_id = self.tokenizer.token_id(CLS)
+        sep_id = self.tokenizer.token_id(SEP) if self.checkpoint is not None else None  # as it was trained
         return tagged_split(
-            name, path, sentences, tag_ids, pieces, self.config.data.max_length, cls_id, self.lowercase_counts
+            name, path, sentences, tag_ids, pieces, self.config.data.max_length, cls_id, self.lowercase_counts, sep_id
         )
 
     def batch_builder(self, split):
@@ -184,6 +192,12 @@ class NerTask(TextTask):
         from amptrain.models.tagger import build_tagger
 
         d = self.config.data
+        if self.checkpoint is not None:
+            from amptrain.models.pretrained import build_pretrained_tagger
+
+            return build_pretrained_tagger(
+                self.checkpoint, len(self.classes), self.config.model, dtype, NUM_SHAPES, NUM_CHARS
+            )
         return build_tagger(
             self.tokenizer.size,
             round_up(d.max_length),

@@ -10,20 +10,24 @@ vocabulary, the batch plan and the `tf.data` stream that serves it.
 """
 
 import abc
+import functools
 import json
 import logging
 import os
 
 import numpy as np
 
+from amptrain.config import pretrained
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
 from amptrain.data.vocabulary import load_vocabulary, save_vocabulary, train_vocabulary
+from amptrain.errors import ConfigError
 from amptrain.tasks.base import Task
 
 logger = logging.getLogger("amptrain")
 
 VOCABULARY_FILE = "vocab.txt"
 LABELS_FILE = "labels.json"
+PRETRAINED_FILE = "pretrained.json"  # the checkpoint's path and weights hash (model.pretrained)
 
 
 class TextTask(Task):
@@ -37,8 +41,36 @@ class TextTask(Task):
 
     @property
     def lowercase(self):
+        if self.checkpoint is not None:
+            return self.checkpoint.lowercase  # as the encoder was trained (config/pretrained.py)
         lowercase = self.config.data.lowercase
         return self.default_lowercase if lowercase is None else lowercase
+
+    @functools.cached_property
+    def checkpoint(self):
+        """The pretrained encoder's checkpoint (`model.pretrained`), or None."""
+        path = self.config.model.pretrained
+        return pretrained.read_checkpoint(path) if path else None
+
+    def _check_checkpoint(self):
+        """Records the checkpoint's path and weights hash in the run folder; a run folder
+        that recorded other weights is refused (its checkpoints were trained from them)."""
+        if self.checkpoint is None:
+            return
+        record = {"path": self.checkpoint.path, "weights_sha256": pretrained.weights_hash(self.checkpoint)}
+        path = os.path.join(self.run_dir, PRETRAINED_FILE)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            if saved["weights_sha256"] != record["weights_sha256"]:
+                raise ConfigError(
+                    f"{self.checkpoint.weights_path}: other weights than the run was trained from "
+                    f"({saved['path']}, sha256 {saved['weights_sha256'][:12]}…, recorded in {path}); "
+                    "pass --overwrite or --run-dir to train from these"
+                )
+            return
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
 
     # === What the task learns, in the run folder ===
 
@@ -77,7 +109,9 @@ class TextTask(Task):
         saved = os.path.join(self.run_dir, name)
         if os.path.exists(saved):
             return load_vocabulary(saved)
-        if d.vocabulary:
+        if self.checkpoint is not None:
+            vocabulary = load_vocabulary(self.checkpoint.vocabulary_path)  # no padding: it indexes the embedding
+        elif d.vocabulary:
             vocabulary = load_vocabulary(d.vocabulary)
         else:
             logger.info(f"training a WordPiece vocabulary of {d.vocabulary_size} pieces on {d.train} ({name})")

@@ -1,0 +1,158 @@
+"""Models on a pretrained encoder (`model.pretrained`): keras-hub's BertBackbone, loaded
+offline from the checkpoint's folder, and amptrain's heads on it.
+
+    model = build_pretrained_classifier(checkpoint, num_classes=2, model_config=config.model,
+                                        dtype="mixed_bfloat16")
+    model = build_pretrained_tagger(checkpoint, num_tags=7, ..., num_shapes=56, num_chars=104)
+    scales = learning_rate_scales(model, config.train)   # {id(variable): factor}, or None
+
+The encoder is keras-hub's own (`BertBackbone.from_preset` reads a Hugging Face folder
+through its converter, or a keras-hub preset), built under the run's policy: its
+attention softmax and layer norms compute in float32 under a mixed policy (keras-hub's
+`TransformerEncoder` and Keras' `MultiHeadAttention` and `LayerNormalization` upcast;
+`amptrain audit` checks the traced graph). The heads are amptrain's float32 islands.
+
+- Classifier: the checkpoint's pooling (`config.pretrained.Checkpoint.pooling`): the
+  masked mean of the states for a checkpoint trained so (all-MiniLM-L6-v2), else BERT's
+  pooled [CLS] state; then dropout and float32 logits.
+- Tagger: each piece's encoder state, concatenated with its word's shape embedding and
+  character-level word vector (the uncased encoder cannot see case; the shape can), then
+  dropout and float32 logits. The word features join at the output, not the input: added
+  to the input embeddings, untrained vectors would shift what every pretrained layer sees.
+"""
+
+import keras
+from keras import ops
+
+from amptrain.models.blocks import SOFTMAX_REASON
+from amptrain.models.chars import CharWordEncoder
+from amptrain.models.classifier import MaskedMeanPooling
+from amptrain.models.islands import float32_island
+
+ENCODER_NAME = "pretrained_encoder"
+FEATURE_DIM = 64  # the tagger's word-shape embedding and character vector widths
+# Variables whose names hold these take no weight decay (biases, layer norms' scale and offset).
+NO_DECAY = ("bias", "gamma", "beta")
+
+
+def load_encoder(checkpoint, dtype, dropout):
+    """keras-hub's BertBackbone with the checkpoint's weights, computing under `dtype`."""
+    import keras_hub
+
+    encoder = keras_hub.models.BertBackbone.from_preset(
+        checkpoint.path, dtype=dtype, dropout=dropout, name=ENCODER_NAME
+    )
+    for i in range(encoder.num_layers):
+        attention = encoder.get_layer(f"transformer_layer_{i}")._self_attention_layer
+        # Keras' MultiHeadAttention builds its softmax under the layer's policy: float16
+        # under mixed_float16 (`amptrain audit` finds it). This one computes in float32.
+        # The built layer takes no new sub-layer: its softmax becomes a Float32Softmax in place.
+        attention._softmax.__class__ = Float32Softmax
+    if checkpoint.activation == "gelu":
+        # keras-hub builds BERT's feed-forward with the tanh GELU; a checkpoint trained with
+        # the exact one gets it back (hidden states then match `transformers` within 1e-5,
+        # not 1e-3). The layer's own `activation` too, so its config says the same.
+        exact = keras.activations.get("gelu")
+        for i in range(encoder.num_layers):
+            layer = encoder.get_layer(f"transformer_layer_{i}")
+            layer.activation = exact
+            layer._feedforward_intermediate_dense.activation = exact
+    return encoder
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class Float32Softmax(keras.layers.Softmax):
+    """Keras' Softmax (its mask included), computed in float32 and returned in the input's dtype."""
+
+    float32_reason = SOFTMAX_REASON
+
+    def call(self, inputs, mask=None):
+        return ops.cast(super().call(ops.cast(inputs, "float32"), mask=mask), inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class SegmentIds(keras.layers.Layer):
+    """Segment 0 for every piece: amptrain's inputs are single texts."""
+
+    def call(self, token_ids):
+        return ops.zeros_like(token_ids)
+
+
+def _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=False):
+    encoder = load_encoder(checkpoint, dtype, model_config.dropout)
+    # The [CLS] pooler gets no gradient unless its output is used: frozen, it is no variable to update.
+    encoder.get_layer("pooled_dense").trainable = pooled
+    segment_ids = SegmentIds(dtype=dtype, name="segment_ids")(token_ids)
+    mask = ops.cast(padding_mask, "int32")
+    return encoder({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": mask})
+
+
+def build_pretrained_classifier(checkpoint, num_classes, model_config, dtype):
+    token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    padding_mask = keras.Input(shape=(None,), dtype="bool", name="padding_mask")
+    outputs = _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=checkpoint.pooling == "cls")
+    if checkpoint.pooling == "mean":
+        pooled = MaskedMeanPooling(dtype="float32", name="pooling")(outputs["sequence_output"], padding_mask)
+    else:
+        pooled = outputs["pooled_output"]
+    head_dropout = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")
+    head_dropout = float32_island(head_dropout, "follows the float32 pooling; a cast back to half would only lose bits")
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")
+    logits = float32_island(logits, "logits feed a softmax and a cross-entropy, both unsafe in half precision")
+    inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
+    return keras.Model(inputs, logits(head_dropout(pooled)), name="pretrained_classifier")
+
+
+def build_pretrained_tagger(checkpoint, num_tags, model_config, dtype, num_shapes, num_chars):
+    inputs = {
+        "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
+        "padding_mask": keras.Input(shape=(None,), dtype="bool", name="padding_mask"),
+        "shape_ids": keras.Input(shape=(None,), dtype="int32", name="shape_ids"),
+        "char_ids": keras.Input(shape=(None, None), dtype="int32", name="char_ids"),
+    }
+    states = _encode(checkpoint, inputs["token_ids"], inputs["padding_mask"], model_config, dtype)["sequence_output"]
+    shapes = keras.layers.Embedding(num_shapes, FEATURE_DIM, dtype=dtype, name="shape_embedding")(inputs["shape_ids"])
+    chars = CharWordEncoder(num_chars, FEATURE_DIM, dtype=dtype, name="char_encoder")(inputs["char_ids"])
+    features = keras.layers.Concatenate(dtype=dtype, name="word_features")([states, shapes, chars])
+    features = keras.layers.Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(features)
+    logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
+    logits = float32_island(
+        logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision"
+    )
+    return keras.Model(inputs, logits(features), name="pretrained_tagger")
+
+
+def find_encoder(model):
+    """The model's pretrained encoder layer, or None."""
+    for layer in model.layers:
+        if layer.name == ENCODER_NAME:
+            return layer
+    return None
+
+
+def learning_rate_scales(model, train_config):
+    """{id(variable): factor of train.learning_rate} for a model on a pretrained encoder
+    (None for any other): the top encoder layer 1, each layer below it `train.layer_decay`
+    times the one above, the embeddings one step below the bottom layer; the head
+    `train.head_learning_rate / train.learning_rate` (1 when 0)."""
+    encoder = find_encoder(model)
+    if encoder is None:
+        return None
+    t = train_config
+    head = t.head_learning_rate / t.learning_rate if t.head_learning_rate else 1.0
+    scales = {id(v): head for v in model.trainable_variables}
+    layers = encoder.num_layers
+    for v in encoder.trainable_variables:
+        scales[id(v)] = t.layer_decay**layers  # the embeddings (and their norm)
+    for i in range(layers):
+        for v in encoder.get_layer(f"transformer_layer_{i}").trainable_variables:
+            scales[id(v)] = t.layer_decay ** (layers - 1 - i)
+    for v in encoder.get_layer("pooled_dense").trainable_variables:
+        scales[id(v)] = 1.0  # the [CLS] pooler sits on the top layer
+    return scales
+
+
+def decays(variable):
+    """Whether weight decay applies to `variable` (not to biases and layer norms)."""
+    name = variable.path.split("/")[-1]
+    return not any(part in name for part in NO_DECAY)
