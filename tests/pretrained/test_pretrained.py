@@ -8,12 +8,10 @@ tests/pretrained/tiny-bert/, and all-MiniLM-L6-v2 from `make pretrained`.
 
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 
-from amptrain.config import ConfigError
 from amptrain.config.pretrained import read_checkpoint
 from amptrain.data.vocabulary import CLS, SEP, WordPiece, load_vocabulary
 
@@ -60,3 +58,26 @@ def test_minilm_tokenizes_and_encodes_as_transformers():
     for ids, reference_ids, states, reference in encoder_states(MINILM, "minilm", features=8):
         assert ids == reference_ids
         assert np.abs(states - reference).max() < 1e-4
+
+
+def test_a_keras_hub_preset_folder_loads_the_same_weights(tmp_path):
+    """The tiny BERT saved as a keras-hub preset: read with its own vocabulary and casing,
+    and built with the same weights (keras-hub's presets keep its tanh GELU, so the states
+    differ from the Hugging Face folder's by that alone)."""
+    import keras_hub
+    import tensorflow as tf
+
+    from amptrain.models.pretrained import load_encoder
+
+    preset = str(tmp_path / "preset")
+    keras_hub.models.BertBackbone.from_preset(TINY).save_to_preset(preset)
+    keras_hub.models.BertTokenizer.from_preset(TINY).save_to_preset(preset)
+    checkpoint, original = read_checkpoint(preset), read_checkpoint(TINY)
+    assert checkpoint.layout == "keras_hub" and checkpoint.activation == "gelu_approximate"
+    assert checkpoint.shape() == original.shape() and checkpoint.lowercase
+    assert load_vocabulary(checkpoint.vocabulary_path) == load_vocabulary(original.vocabulary_path)
+    ids = tf.constant([[2, 40, 41, 42, 3]], tf.int32)
+    inputs = {"token_ids": ids, "segment_ids": tf.zeros_like(ids), "padding_mask": tf.ones_like(ids)}
+    a = load_encoder(checkpoint, "float32", 0.0)(inputs)["sequence_output"].numpy()
+    b = load_encoder(original, "float32", 0.0)(inputs)["sequence_output"].numpy()
+    assert 0 < np.abs(a - b).max() < 2e-2

@@ -2,7 +2,6 @@
 rate, layer-wise decay, no decay on biases and norms), and every amptrain feature on the
 tiny random BERT of tests/pretrained/tiny-bert/ (hidden 16, 2 layers, 441 pieces)."""
 
-import dataclasses
 import json
 import os
 import shutil
