@@ -201,7 +201,7 @@ class WordPiece:
         """Piece ids of a string tensor as a ragged int32 tensor, in TensorFlow and
         TensorFlow Text ops only: an export (`amptrain.export`) calls this inside the graph
         it saves, so a served model tokenizes exactly as `encode` does."""
-        return self._tokenizer.tokenize(texts)
+        return self._tokenize(texts)
 
     def encode(self, texts, chunk_size=4096):
         """Returns one int32 array of piece ids per text."""
