@@ -255,7 +255,14 @@ def predict(run_dir, texts, skip_blank=False):
 
 
 def export(
-    run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, precision="float32", overrides=()
+    run_dir,
+    out=None,
+    fmt="saved_model",
+    checkpoint="best",
+    version=1,
+    overwrite=False,
+    precision="float32",
+    overrides=(),
 ):
     """Exports a run (`amptrain.export.export_run`): a SavedModel taking raw text in TF
     Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`

@@ -25,7 +25,14 @@ ONNX_FILE = "model.onnx"
 
 
 def export_run(
-    run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, precision="float32", overrides=()
+    run_dir,
+    out=None,
+    fmt="saved_model",
+    checkpoint="best",
+    version=1,
+    overwrite=False,
+    precision="float32",
+    overrides=(),
 ):
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1) and
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
@@ -55,7 +62,11 @@ def export_run(
         os.replace(staging, target)  # a half-written export never sits at the version's path
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"path": target, **{k: metadata[k] for k in ("format", "task", "checkpoint", "precision")}, "bytes": size(target)}
+    return {
+        "path": target,
+        **{k: metadata[k] for k in ("format", "task", "checkpoint", "precision")},
+        "bytes": size(target),
+    }
 
 
 def _check_choices(fmt, checkpoint, precision, version):

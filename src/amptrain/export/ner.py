@@ -62,7 +62,9 @@ class TaggerModule(ServingModule):
         )
         counts = task.lowercase_counts or {"": 0}
         self.lowercase_counts = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(tf.constant(list(counts)), tf.constant(list(counts.values()), tf.int64)),
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(counts)), tf.constant(list(counts.values()), tf.int64)
+            ),
             0,
         )
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
@@ -109,7 +111,9 @@ class TaggerModule(ServingModule):
         shape = tf.where(digit, SHAPE["number"], SHAPE["punctuation"])
         shape = tf.where(letters > 0, tf.where(upper > 0, SHAPE["mixed"], SHAPE["lower"]), shape)
         shape = tf.where((letters > 0) & first_upper & (lower - first_lower == letters - 1), SHAPE["title"], shape)
-        shape = tf.where((letters > 0) & (upper == letters), tf.where(letters > 1, SHAPE["caps"], SHAPE["title"]), shape)
+        shape = tf.where(
+            (letters > 0) & (upper == letters), tf.where(letters > 1, SHAPE["caps"], SHAPE["title"]), shape
+        )
         at = tf.strings.substr(words, 0, 1) == "@"
         shape = tf.where(marked, tf.where(at, SHAPE["mention"], SHAPE["hashtag"]), shape)
         shape = tf.where(tf.strings.regex_full_match(words, "(?s)(http:|https:|www\\.).*"), SHAPE["url"], shape)

@@ -63,7 +63,9 @@ def _erfc(ctx, node, name, args):
     erf = ctx.make_node("Erf", [node.input[0]], name=utils.make_name(f"{name}_erf"))
     outputs, shapes, dtypes = node.output, [ctx.get_shape(node.output[0])], [ctx.get_dtype(node.output[0])]
     ctx.remove_node(node.name)
-    return ctx.make_node("Sub", [one.output[0], erf.output[0]], outputs=outputs, name=name, shapes=shapes, dtypes=dtypes)
+    return ctx.make_node(
+        "Sub", [one.output[0], erf.output[0]], outputs=outputs, name=name, shapes=shapes, dtypes=dtypes
+    )
 
 
 def onnx_session(path):
