@@ -17,6 +17,8 @@ tensors, so each output is padded: texts with `FILL_TEXT` (""), offsets with `FI
 (-1); `num_words` and `num_entities` say how many of a row are real.
 """
 
+import functools
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -37,6 +39,7 @@ IDS_SPECS = [
 SHAPE = {name: i + 1 for i, name in enumerate(SHAPES)}  # `word_shape`'s ids, sentence start aside
 
 
+@functools.cache
 def word_pattern():
     """`ner.WORD` for RE2: its `\\w` and `\\S` replaced by Python's own classes."""
     pattern = WORD.pattern.replace(r"\S", tables.negated_class(r"\s")).replace(r"\w", tables.character_class(r"\w"))
@@ -52,8 +55,6 @@ class TaggerModule(ServingModule):
         self._max_length = task.config.data.max_length
         self.classes = tf.constant(task.classes)
         self._outside = task.classes.index(conll.OUTSIDE)
-        self._word = word_pattern()
-        self._space_run = tables.character_class(r"\s") + "+"
         starts, values = tables.character_table()
         self.table_starts, self.table_values = tf.constant(starts, tf.int32), tf.constant(values, tf.int32)
         keys, lowered = tables.lowercase_map()
@@ -78,18 +79,6 @@ class TaggerModule(ServingModule):
         }
 
     # === Words ===
-
-    def words(self, text):
-        """(words, character starts, character ends), each ragged (batch, words)."""
-        words, begins, ends = tf_text.regex_split_with_offsets(text, f"{self._word}|{self._space_run}", self._word)
-        _, char_bytes = tf.strings.unicode_decode_with_offsets(text, "UTF-8")
-        # A byte offset -> the index of the character starting there (the text's end: its length).
-        char_bytes = char_bytes.to_tensor(tf.int64.max)
-        return (
-            words,
-            words.with_flat_values(_to_chars(char_bytes, begins)),
-            words.with_flat_values(_to_chars(char_bytes, ends)),
-        )
 
     def _properties(self, code_points):
         """Each code point's `character_table` value."""
@@ -206,7 +195,7 @@ class TaggerModule(ServingModule):
         return tf.where(kept, tf.argmax(at_first, axis=-1, output_type=tf.int32), self._outside)
 
     def _serve(self, text):
-        words, starts, ends = self.words(text)
+        words, starts, ends = split_words(text)
         features, kept, firsts = self.features(words)
         logits = self._serve_ids(features["token_ids"], features["shape_ids"], features["char_ids"])["logits"]
         classes = self.word_classes(logits, words, kept, firsts)
@@ -242,6 +231,22 @@ class TaggerModule(ServingModule):
             "entity_ends": entity_starts.with_flat_values(entity_ends).to_tensor(FILL_OFFSET),
             "num_entities": tf.cast(entity_starts.row_lengths(), tf.int32),
         }
+
+
+def split_words(text):
+    """`ner.WORD`'s matches in each text: (words, character starts, character ends), each
+    ragged (batch, words), offsets in code points, ends exclusive (as `re.finditer` gives)."""
+    word = word_pattern()
+    space_run = tables.character_class(r"\s") + "+"
+    words, begins, ends = tf_text.regex_split_with_offsets(text, f"{word}|{space_run}", word)
+    _, char_bytes = tf.strings.unicode_decode_with_offsets(text, "UTF-8")
+    # A byte offset -> the index of the character starting there (the text's end: its length).
+    char_bytes = char_bytes.to_tensor(tf.int64.max)
+    return (
+        words,
+        words.with_flat_values(_to_chars(char_bytes, begins)),
+        words.with_flat_values(_to_chars(char_bytes, ends)),
+    )
 
 
 def _to_chars(char_bytes, byte_offsets):

@@ -13,7 +13,6 @@ tables of its join rules, made at export time). A blank text (only whitespace, a
 `str.strip` sees it) translates to "".
 """
 
-import numpy as np
 import tensorflow as tf
 
 from amptrain.data.batching import round_up
@@ -38,7 +37,7 @@ class TranslatorModule(ServingModule):
         self._search = task._search(model, task.config.decode.beam_size)
         self._decode = task.config.decode
         self._blank = tables.character_class(r"\s") + "*"
-        self._set_join_tables(task.target_tokenizer.vocabulary)
+        self.join_tables = join_tables(task.target_tokenizer.vocabulary)
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
         self.serve_ids = tf.function(self._serve_ids, input_signature=[IDS_SPEC])
 
@@ -51,18 +50,6 @@ class TranslatorModule(ServingModule):
                 "max_length": self._search.max_length,
             },
         }
-
-    def _set_join_tables(self, vocabulary):
-        """Per target piece id: its text as written, whether it is a `##` piece, whether it
-        joins the word before (closing marks, apostrophes, hyphens), and whether the next
-        piece joins it (opening marks, apostrophes, hyphens)."""
-        suffix = np.array([p.startswith("##") for p in vocabulary])
-        self.piece_texts = tf.constant([p[2:] if s else p for p, s in zip(vocabulary, suffix)])
-        self.piece_suffix = tf.constant(suffix)
-        before = translation._JOIN_BEFORE | translation._JOIN_BOTH
-        after = translation._JOIN_AFTER | translation._JOIN_BOTH
-        self.piece_joins_before = tf.constant([p in before for p in vocabulary])
-        self.piece_joins_after = tf.constant([p in after for p in vocabulary])
 
     def _serve_ids(self, source_ids):
         # An empty source is one [UNK] piece, as in `translate_ids`.
@@ -80,24 +67,44 @@ class TranslatorModule(ServingModule):
         return tf.pad(dense, [[0, 0], [0, length - tf.shape(dense)[1]]])
 
     def detokenize(self, target_ids):
-        """The pieces before each row's end piece, joined as `translation.detokenize` does."""
-        before_end = tf.cumsum(tf.cast(target_ids == self._end_id, tf.int32), axis=1) == 0
-        pieces = tf.ragged.boolean_mask(target_ids, before_end & (target_ids != PAD_ID))
-        ids, rows = pieces.flat_values, pieces.value_rowids()
-        suffix = tf.gather(self.piece_suffix, ids)
-        # Whether a whole piece joins: first of its row (no whole piece before it), or it
-        # joins the one before, or the whole piece before it lets the next one join.
-        whole = tf.boolean_mask(ids, ~suffix)
-        whole_rows = tf.boolean_mask(rows, ~suffix)
-        first = tf.concat([[True], whole_rows[1:] != whole_rows[:-1]], axis=0)[: tf.size(whole)]
-        previous_after = tf.roll(tf.gather(self.piece_joins_after, whole), 1, axis=0)
-        joins = first | tf.gather(self.piece_joins_before, whole) | previous_after
-        # 0 at `##` pieces (they always join), 1 at whole pieces that take a space, 2 at those that join.
-        spacing = tf.scatter_nd(tf.where(~suffix), 1 + tf.cast(joins, tf.int32), tf.shape(ids, out_type=tf.int64))
-        space = tf.where(spacing == 1, " ", "")
-        return tf.strings.reduce_join(pieces.with_flat_values(space + tf.gather(self.piece_texts, ids)), axis=1)
+        return detokenize_ids(target_ids, self.join_tables, self._end_id)
 
     def _serve(self, text):
         target_ids = self._serve_ids(self.source_ids(text))["target_ids"]
         blank = tf.strings.regex_full_match(text, self._blank)
         return {"translation": tf.where(blank, "", self.detokenize(target_ids))}
+
+
+def join_tables(vocabulary):
+    """Per target piece id, `translation.detokenize`'s rules as constants: its text as
+    written ("text"), whether it is a `##` piece ("suffix"), whether it joins the word
+    before: closing marks, apostrophes, hyphens ("before"), and whether the next piece
+    joins it: opening marks, apostrophes, hyphens ("after")."""
+    suffix = [p.startswith("##") for p in vocabulary]
+    before = translation._JOIN_BEFORE | translation._JOIN_BOTH
+    after = translation._JOIN_AFTER | translation._JOIN_BOTH
+    return {
+        "text": tf.constant([p[2:] if s else p for p, s in zip(vocabulary, suffix)]),
+        "suffix": tf.constant(suffix),
+        "before": tf.constant([p in before for p in vocabulary]),
+        "after": tf.constant([p in after for p in vocabulary]),
+    }
+
+
+def detokenize_ids(target_ids, tables, end_id):
+    """(batch,) strings: the pieces of each row before its first `end_id` (0s left out),
+    joined as `translation.detokenize` joins them."""
+    before_end = tf.cumsum(tf.cast(target_ids == end_id, tf.int32), axis=1) == 0
+    pieces = tf.ragged.boolean_mask(target_ids, before_end & (target_ids != PAD_ID))
+    ids, rows = pieces.flat_values, pieces.value_rowids()
+    suffix = tf.gather(tables["suffix"], ids)
+    # A whole piece joins when it is its row's first whole piece, or joins the word
+    # before, or the whole piece before it lets the next one join.
+    whole, whole_rows = tf.boolean_mask(ids, ~suffix), tf.boolean_mask(rows, ~suffix)
+    first = tf.concat([[True], whole_rows[1:] != whole_rows[:-1]], axis=0)[: tf.size(whole)]
+    previous_after = tf.roll(tf.gather(tables["after"], whole), 1, axis=0)
+    joins = first | tf.gather(tables["before"], whole) | previous_after
+    # 0 at `##` pieces (they always join), 1 at whole pieces that take a space, 2 at those that join.
+    spacing = tf.scatter_nd(tf.where(~suffix), 1 + tf.cast(joins, tf.int32), tf.shape(ids, out_type=tf.int64))
+    space = tf.where(spacing == 1, " ", "")
+    return tf.strings.reduce_join(pieces.with_flat_values(space + tf.gather(tables["text"], ids)), axis=1)
