@@ -1,11 +1,11 @@
-"""The Python entry points behind the CLI: fit, evaluate, predict, audit.
+"""The Python entry points behind the CLI: fit, evaluate, predict, export, audit.
 
 import amptrain
 amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
 amptrain.evaluate("runs/classify-spam", split="test")
 amptrain.predict("runs/classify-spam", ["see you at lunch"])
 amptrain.audit("configs/classify-spam.toml", policy="mixed_float16")["risks"]  # []
-amptrain.export("runs/classify-spam")       # runs/classify-spam/export/1: a SavedModel taking raw text
+amptrain.export("runs/classify-spam")         # runs/classify-spam/export/1: a SavedModel taking raw text
 amptrain.predict("runs/classify-spam/export", ["see you at lunch"])   # the same records, from the export
 """
 
@@ -242,7 +242,7 @@ def predict(run_dir, texts, skip_blank=False):
     `skip_blank` (lines of a file): blank texts are left out, except by translation,
     which translates a blank line to a blank line. `run_dir` may be an export folder
     (`export`): its SavedModel then answers, and no model is built."""
-    from amptrain.export.served import find_export, predict_export
+    from amptrain.serving.served import find_export, predict_export
 
     exported = find_export(run_dir)
     if exported is not None:
@@ -264,10 +264,10 @@ def export(
     precision="float32",
     overrides=(),
 ):
-    """Exports a run (`amptrain.export.export_run`): a SavedModel taking raw text in TF
+    """Exports a run (`amptrain.serving.export_run`): a SavedModel taking raw text in TF
     Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`
     the ONNX model of its token-ids graph. Returns where it went and its size."""
-    from amptrain.export import export_run
+    from amptrain.serving import export_run
 
     return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides)
 

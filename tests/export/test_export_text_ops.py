@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from amptrain.data import conll
 from amptrain.data.vocabulary import RESERVED_TOKENS, SEP
-from amptrain.export import unicode_tables
-from amptrain.export.ner import TaggerModule, split_words
-from amptrain.export.translation import detokenize_ids, join_tables
+from amptrain.serving import unicode_tables
+from amptrain.serving.ner import TaggerModule, split_words
+from amptrain.serving.translation import detokenize_ids, join_tables
 from amptrain.tasks import translation
 from amptrain.tasks.ner import WORD
 

@@ -199,7 +199,7 @@ class WordPiece:
 
     def graph_tokenize(self, texts):
         """Piece ids of a string tensor as a ragged int32 tensor, in TensorFlow and
-        TensorFlow Text ops only: an export (`amptrain.export`) calls this inside the graph
+        TensorFlow Text ops only: an export (`amptrain.serving`) calls this inside the graph
         it saves, so a served model tokenizes exactly as `encode` does."""
         return self._tokenize(texts)
 

@@ -24,8 +24,8 @@ import tensorflow_text as tf_text
 
 from amptrain.data import conll
 from amptrain.data.vocabulary import CLS, PAD_ID, UNK
-from amptrain.export import unicode_tables as tables
-from amptrain.export.modules import ServingModule
+from amptrain.serving import unicode_tables as tables
+from amptrain.serving.modules import ServingModule
 from amptrain.tasks.ner import WORD
 from amptrain.tasks.ner_features import CHARS_PER_WORD, SHAPES
 

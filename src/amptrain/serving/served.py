@@ -38,7 +38,7 @@ def find_export(path):
 
 def read_metadata(path):
     """The export's `assets.extra/amptrain-export.json` (task, labels, signatures)."""
-    from amptrain.export import METADATA_FILE
+    from amptrain.serving import METADATA_FILE
 
     try:
         with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:

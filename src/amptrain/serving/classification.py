@@ -12,7 +12,7 @@ Tokenizing is the run's: its WordPiece vocabulary and casing (`WordPiece.graph_t
 import tensorflow as tf
 
 from amptrain.data.vocabulary import CLS, PAD_ID
-from amptrain.export.modules import ServingModule
+from amptrain.serving.modules import ServingModule
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="token_ids")

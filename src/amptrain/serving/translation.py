@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from amptrain.data.batching import round_up
 from amptrain.data.vocabulary import PAD_ID, UNK
-from amptrain.export import unicode_tables as tables
-from amptrain.export.modules import ServingModule
+from amptrain.serving import unicode_tables as tables
+from amptrain.serving.modules import ServingModule
 from amptrain.tasks import translation
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")

@@ -1,7 +1,7 @@
 """`amptrain export`: a trained run as a SavedModel that takes raw text (TF Serving's
 layout), or as an ONNX model of its token-ids graph.
 
-    from amptrain.export import export_run
+    from amptrain.serving import export_run
     export_run("runs/classify-spam")                    # runs/classify-spam/export/1/saved_model.pb
     export_run("runs/ner-wnut17", fmt="onnx", version=2, precision="bfloat16")
 
@@ -17,7 +17,7 @@ import os
 import shutil
 
 from amptrain.errors import UserError
-from amptrain.export.loading import CHECKPOINTS, PRECISIONS
+from amptrain.serving.loading import CHECKPOINTS, PRECISIONS
 
 FORMATS = ("saved_model", "onnx")
 METADATA_FILE = os.path.join("assets.extra", "amptrain-export.json")  # TF Serving ignores assets.extra
@@ -38,12 +38,12 @@ def export_run(
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
     _check_choices(fmt, checkpoint, precision, version)
     if fmt == "onnx":
-        from amptrain.export.onnx import require_onnx
+        from amptrain.serving.onnx import require_onnx
 
         require_onnx()  # before TensorFlow loads: a missing extra is one line at once
     target = os.path.join(out or os.path.join(run_dir, "export"), str(version))
     _claim(target, overwrite)
-    from amptrain.export.loading import load_for_export
+    from amptrain.serving.loading import load_for_export
 
     task, model, path = load_for_export(run_dir, checkpoint, precision, overrides)
     module = serving_module(task, model)
@@ -53,7 +53,7 @@ def export_run(
         if fmt == "saved_model":
             save_saved_model(module, staging)
         else:
-            from amptrain.export.onnx import save_onnx
+            from amptrain.serving.onnx import save_onnx
 
             save_onnx(module, os.path.join(staging, ONNX_FILE))
         metadata = _metadata(task, run_dir, path, fmt, precision, module)
@@ -94,14 +94,14 @@ def _claim(target, overwrite):
 def serving_module(task, model):
     """The task's serving module over `model`."""
     if task.config.task == "classification":
-        from amptrain.export.classification import ClassifierModule
+        from amptrain.serving.classification import ClassifierModule
 
         return ClassifierModule(task, model)
     if task.config.task == "ner":
-        from amptrain.export.ner import TaggerModule
+        from amptrain.serving.ner import TaggerModule
 
         return TaggerModule(task, model)
-    from amptrain.export.translation import TranslatorModule
+    from amptrain.serving.translation import TranslatorModule
 
     return TranslatorModule(task, model)
 

@@ -33,7 +33,7 @@ def save_onnx(module, path):
 
     import tf2onnx
 
-    from amptrain.export.translation import TranslatorModule
+    from amptrain.serving.translation import TranslatorModule
 
     if isinstance(module, TranslatorModule):
         raise UserError(
