@@ -204,7 +204,7 @@ class Progress:
         # sys.stderr as it is now: a default bound at import would keep a stream replaced
         # since (pytest's capture, closed after the test that first imported this module).
         self.stream = stream if stream is not None else sys.stderr
-        self.interactive = stream.isatty()
+        self.interactive = self.stream.isatty()
 
     def update(self, step, loss, tokens_per_second, note="", mfu=None):
         if not self.interactive:
