@@ -127,7 +127,7 @@ def compare_onnx(saved_dir, onnx_path, feeds):
 def tagger(tiny_ner):
     # No dev split, so the best checkpoint is the last; `O` weighs little, so that the tiny
     # model tags entities in its training sentences.
-    overrides = FLOAT32 + ["data.dev=", "train.steps=40", "train.learning_rate=1e-2", "train.outside_weight=0.05"]
+    overrides = FLOAT32 + ["data.dev=", "train.steps=60", "train.learning_rate=1e-2", "train.outside_weight=0.05"]
     amptrain.fit(str(tiny_ner / "tiny.toml"), overrides, run_dir=str(tiny_ner / "run"))
     sentences = (tiny_ner / "train.conll").read_text(encoding="utf-8").split("\n\n")
     texts = [" ".join(line.split("\t")[0] for line in s.split("\n") if line) for s in sentences if s.strip()]

@@ -38,9 +38,15 @@ def export_run(
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
     _check_choices(fmt, checkpoint, precision, version)
     if fmt == "onnx":
+        from amptrain.serving.loading import load_config
         from amptrain.serving.onnx import require_onnx
 
         require_onnx()  # before TensorFlow loads: a missing extra is one line at once
+        if load_config(run_dir, overrides).task == "translation":
+            raise UserError(
+                f"{run_dir}: a translation run exports as a SavedModel only (its beam search does not convert "
+                "to ONNX); leave out --format onnx"
+            )
     target = os.path.join(out or os.path.join(run_dir, "export"), str(version))
     _claim(target, overwrite)
     from amptrain.serving.loading import load_for_export

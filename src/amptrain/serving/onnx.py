@@ -33,13 +33,6 @@ def save_onnx(module, path):
 
     import tf2onnx
 
-    from amptrain.serving.translation import TranslatorModule
-
-    if isinstance(module, TranslatorModule):
-        raise UserError(
-            "--format onnx: a translation run exports as a SavedModel only (its beam search does not convert); "
-            "leave out --format"
-        )
     os.makedirs(os.path.dirname(path), exist_ok=True)
     specs = module.serve_ids.input_signature
     tf2onnx.convert.from_function(
