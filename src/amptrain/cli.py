@@ -87,7 +87,10 @@ def _add_export(commands):
         help="a run as a SavedModel that takes raw text (TF Serving's layout), or its token-ids graph as ONNX",
     )
     export.add_argument("run_dir")
-    export.add_argument("--out", help="the export folder; the model goes to OUT/VERSION (default: RUN_DIR/export)")
+    export.add_argument(
+        "--out",
+        help="the export folder; the model goes to OUT/VERSION (default: RUN_DIR/export, RUN_DIR/export-onnx for onnx)",
+    )
     export.add_argument("--format", default="saved_model", help="saved_model (default) or onnx")
     export.add_argument("--checkpoint", default="best", help="best (default: by the dev metric) or latest")
     export.add_argument("--version", default="1", help="the version folder's number (default 1)")

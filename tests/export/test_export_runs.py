@@ -90,10 +90,11 @@ def test_saved_model_cli_lists_both_signatures(classifier):
 
 def test_the_onnx_classifier_and_half_precision_exports(classifier):
     run, texts = classifier
-    onnx = amptrain.export(str(run), fmt="onnx", version=2)
+    onnx = amptrain.export(str(run), fmt="onnx")
+    assert onnx["path"] == str(run / "export-onnx" / "1")  # not where TF Serving watches the SavedModels
     compare_onnx(run / "export" / "1", os.path.join(onnx["path"], "model.onnx"), {"token_ids": random_ids((6, 21))})
     with pytest.raises(UserError, match="an ONNX export takes token ids"):
-        amptrain.predict(str(run / "export"), texts)  # version 2, the newest, is ONNX
+        amptrain.predict(onnx["path"], texts)
     half = amptrain.export(str(run), version=3, precision="bfloat16")
     assert half["precision"] == "bfloat16"
     halved = amptrain.predict(half["path"], texts)
@@ -157,7 +158,7 @@ def test_the_onnx_tagger_equals_the_saved_model(tagger):
     run, _ = tagger
     if not (run / "export" / "1").exists():
         amptrain.export(str(run))
-    onnx = amptrain.export(str(run), fmt="onnx", version=2)
+    onnx = amptrain.export(str(run), fmt="onnx")
     rng = np.random.default_rng(1)
     feeds = {
         "token_ids": random_ids((4, 19), high=300),
@@ -184,7 +185,7 @@ def test_the_translator_export_stands_alone_and_equals_predict(translator):
     assert served["translation"] == [r["translation"] for r in records]
     assert amptrain.predict(result["path"], texts) == records
     with pytest.raises(UserError, match="exports as a SavedModel only"):
-        amptrain.export(str(run), fmt="onnx", version=2)
+        amptrain.export(str(run), fmt="onnx")
     greedy = amptrain.export(str(run), version=3, overrides=["decode.beam_size=1"])
     metadata = json.loads((run / "export" / "3" / "assets.extra" / "amptrain-export.json").read_text())
     assert greedy["task"] == "translation" and metadata["decode"]["beam_size"] == 1

@@ -3,7 +3,7 @@ layout), or as an ONNX model of its token-ids graph.
 
     from amptrain.serving import export_run
     export_run("runs/classify-spam")                    # runs/classify-spam/export/1/saved_model.pb
-    export_run("runs/ner-wnut17", fmt="onnx", version=2, precision="bfloat16")
+    export_run("runs/ner-wnut17", fmt="onnx")        # runs/ner-wnut17/export-onnx/1/model.onnx
 
 `loading` rebuilds the run's model and restores a checkpoint; `classification`, `ner` and
 `translation` are each task's serving graph (`modules.ServingModule`), tokenizing in the
@@ -34,7 +34,8 @@ def export_run(
     precision="float32",
     overrides=(),
 ):
-    """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1) and
+    """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
+    `run_dir`/export-onnx/1 for ONNX) and
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
     _check_choices(fmt, checkpoint, precision, version)
     if fmt == "onnx":
@@ -47,7 +48,7 @@ def export_run(
                 f"{run_dir}: a translation run exports as a SavedModel only (its beam search does not convert "
                 "to ONNX); leave out --format onnx"
             )
-    target = os.path.join(out or os.path.join(run_dir, "export"), str(version))
+    target = os.path.join(out or default_out(run_dir, fmt), str(version))
     _claim(target, overwrite)
     from amptrain.serving.loading import load_for_export
 
@@ -73,6 +74,12 @@ def export_run(
         **{k: metadata[k] for k in ("format", "task", "checkpoint", "precision")},
         "bytes": size(target),
     }
+
+
+def default_out(run_dir, fmt):
+    """RUN/export for a SavedModel; RUN/export-onnx for ONNX, so that the folder a TF Serving
+    model server watches (it loads the highest version) never gets a version it cannot load."""
+    return os.path.join(run_dir, "export" if fmt == "saved_model" else "export-onnx")
 
 
 def _check_choices(fmt, checkpoint, precision, version):

@@ -18,22 +18,21 @@ SAVED_MODEL_FILE = "saved_model.pb"
 
 def find_export(path):
     """`path` if it holds a SavedModel, else its newest numbered version folder that does,
-    else None (`path` is then no export: a run folder, say)."""
+    else None (`path` is then no export: a run folder, say). An ONNX version folder is
+    refused: it takes token ids, not text."""
     if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
         return path
+    if os.path.isfile(os.path.join(path, "model.onnx")):
+        raise UserError(
+            f"{path}: an ONNX export takes token ids, not text; predict with a SavedModel export "
+            "(`amptrain export RUN` without --format onnx)"
+        )
     if not os.path.isdir(path) or os.path.exists(os.path.join(path, "config.toml")):
         return None
-    versions = [name for name in os.listdir(path) if name.isdigit()]
-    for name in sorted(versions, key=int, reverse=True):
-        version = os.path.join(path, name)
-        if os.path.isfile(os.path.join(version, SAVED_MODEL_FILE)):
-            return version
-        if os.path.isfile(os.path.join(version, "model.onnx")):
-            raise UserError(
-                f"{version}: an ONNX export takes token ids, not text; predict with a SavedModel export "
-                "(`amptrain export RUN` without --format onnx)"
-            )
-    return None
+    versions = sorted((name for name in os.listdir(path) if name.isdigit()), key=int, reverse=True)
+    return next(
+        (os.path.join(path, v) for v in versions if os.path.isfile(os.path.join(path, v, SAVED_MODEL_FILE))), None
+    )
 
 
 def read_metadata(path):
