@@ -37,13 +37,15 @@ def export_run(
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
     `run_dir`/export-onnx/1 for ONNX) and
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
+    from amptrain.serving.loading import load_config
+
     _check_choices(fmt, checkpoint, precision, version)
+    config = load_config(run_dir, overrides)  # a folder that is no run: one line, nothing written
     if fmt == "onnx":
-        from amptrain.serving.loading import load_config
         from amptrain.serving.onnx import require_onnx
 
         require_onnx()  # before TensorFlow loads: a missing extra is one line at once
-        if load_config(run_dir, overrides).task == "translation":
+        if config.task == "translation":
             raise UserError(
                 f"{run_dir}: a translation run exports as a SavedModel only (its beam search does not convert "
                 "to ONNX); leave out --format onnx"

@@ -34,8 +34,7 @@ class TranslatorModule(ServingModule):
         self._end_id = task.end_id
         self._max_length = task.config.data.max_length
         self._top = round_up(task.config.data.max_length)
-        self._search = task._search(model, task.config.decode.beam_size)
-        self._decode = task.config.decode
+        self._search = task._search(model, task.config.decode.beam_size)  # `predict`'s own search, same settings
         self._blank = tables.character_class(r"\s") + "*"
         self.join_tables = join_tables(task.target_tokenizer.vocabulary)
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
