@@ -31,3 +31,10 @@ def audit(config_path, overrides=(), policy=None):
     from amptrain import api
 
     return api.audit(config_path, overrides, policy=policy)
+
+
+def export(run_dir, out=None, fmt="saved_model", **options):
+    """A run as a SavedModel that takes raw text (or ONNX); see `amptrain.api.export`."""
+    from amptrain import api
+
+    return api.export(run_dir, out, fmt, **options)

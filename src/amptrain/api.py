@@ -1,10 +1,12 @@
-"""The Python entry points behind the CLI: fit, evaluate, predict, audit.
+"""The Python entry points behind the CLI: fit, evaluate, predict, export, audit.
 
 import amptrain
 amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
 amptrain.evaluate("runs/classify-spam", split="test")
 amptrain.predict("runs/classify-spam", ["see you at lunch"])
 amptrain.audit("configs/classify-spam.toml", policy="mixed_float16")["risks"]  # []
+amptrain.export("runs/classify-spam")         # runs/classify-spam/export/1: a SavedModel taking raw text
+amptrain.predict("runs/classify-spam/export", ["see you at lunch"])   # the same records, from the export
 """
 
 import os
@@ -238,12 +240,36 @@ def predict(run_dir, texts, skip_blank=False):
     """One record a text with the run's best checkpoint: the label and class probabilities
     (classification), the tags and entities (ner), the translation (translation).
     `skip_blank` (lines of a file): blank texts are left out, except by translation,
-    which translates a blank line to a blank line."""
+    which translates a blank line to a blank line. `run_dir` may be an export folder
+    (`export`): its SavedModel then answers, and no model is built."""
+    from amptrain.serving.served import find_export, predict_export
+
+    exported = find_export(run_dir)
+    if exported is not None:
+        return predict_export(exported, texts, skip_blank)
     task, model, predict_fn, _ = load_run(run_dir, ())
     texts = list(texts)
     if skip_blank and not task.keeps_blank_lines:
         texts = [t for t in texts if t.strip()]
     return task.predict_texts(texts, model, predict_fn)
+
+
+def export(
+    run_dir,
+    out=None,
+    fmt="saved_model",
+    checkpoint="best",
+    version=1,
+    overwrite=False,
+    precision="float32",
+    overrides=(),
+):
+    """Exports a run (`amptrain.serving.export_run`): a SavedModel taking raw text in TF
+    Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`
+    the ONNX model of its token-ids graph. Returns where it went and its size."""
+    from amptrain.serving import export_run
+
+    return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides)
 
 
 def audit(config_path, overrides=(), policy=None):

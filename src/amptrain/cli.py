@@ -3,6 +3,8 @@
 amptrain fit configs/classify-spam.toml --set train.steps=200
 amptrain eval runs/classify-spam --split test
 amptrain predict runs/classify-spam --text "see you at lunch"
+amptrain export runs/classify-spam [--format onnx] [--precision bfloat16]   # runs/classify-spam/export/1
+amptrain predict runs/classify-spam/export --text "see you at lunch"          # the export answers
 amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
 amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
 amptrain doctor [--json]                                  # the hardware, the `auto` policy, the peaks
@@ -42,7 +44,7 @@ def main(argv=None):
 def _parser():
     parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    for add in (_add_fit, _add_eval, _add_predict, _add_audit, _add_launch, _add_bench, _add_doctor):
+    for add in (_add_fit, _add_eval, _add_predict, _add_export, _add_audit, _add_launch, _add_bench, _add_doctor):
         add(commands)
     return parser
 
@@ -67,7 +69,7 @@ def _add_predict(commands):
         help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
         "translation: one translated line a line)",
     )
-    predict.add_argument("run_dir")
+    predict.add_argument("run_dir", help="a run folder, or an export folder (`amptrain export`)")
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
@@ -77,6 +79,36 @@ def _add_predict(commands):
         help="translation: JSON lines ({text, translation}) instead of the translated text alone",
     )
     predict.set_defaults(run=_predict)
+
+
+def _add_export(commands):
+    export = commands.add_parser(
+        "export",
+        help="a run as a SavedModel that takes raw text (TF Serving's layout), or its token-ids graph as ONNX",
+    )
+    export.add_argument("run_dir")
+    export.add_argument(
+        "--out",
+        help="the export folder; the model goes to OUT/VERSION (default: RUN_DIR/export, RUN_DIR/export-onnx for onnx)",
+    )
+    export.add_argument("--format", default="saved_model", help="saved_model (default) or onnx")
+    export.add_argument("--checkpoint", default="best", help="best (default: by the dev metric) or latest")
+    export.add_argument("--version", default="1", help="the version folder's number (default 1)")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing version folder")
+    export.add_argument(
+        "--precision",
+        default="float32",
+        help="float32 (default), bfloat16 or float16: half-precision compute, float32 islands and weights kept",
+    )
+    export.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of the run's config, e.g. decode.beam_size=4 (repeatable)",
+    )
+    export.set_defaults(run=_export)
 
 
 def _add_audit(commands):
@@ -215,6 +247,26 @@ def _predict(args):
             print(record["translation"])  # line i out for line i in
         else:
             print(json.dumps(record, ensure_ascii=False))
+    return 0
+
+
+def _export(args):
+    from amptrain import api
+    from amptrain.errors import UserError
+
+    if not args.version.isdigit():
+        raise UserError(f"--version {args.version}: expected a whole number >= 0 (TF Serving's version folder)")
+    result = api.export(
+        args.run_dir,
+        out=args.out,
+        fmt=args.format,
+        checkpoint=args.checkpoint,
+        version=int(args.version),
+        overwrite=args.overwrite,
+        precision=args.precision,
+        overrides=args.overrides,
+    )
+    print(json.dumps(result))
     return 0
 
 

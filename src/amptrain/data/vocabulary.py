@@ -197,6 +197,12 @@ class WordPiece:
     def token_id(self, token):
         return self.vocabulary.index(token)
 
+    def graph_tokenize(self, texts):
+        """Piece ids of a string tensor as a ragged int32 tensor, in TensorFlow and
+        TensorFlow Text ops only: an export (`amptrain.serving`) calls this inside the graph
+        it saves, so a served model tokenizes exactly as `encode` does."""
+        return self._tokenize(texts)
+
     def encode(self, texts, chunk_size=4096):
         """Returns one int32 array of piece ids per text."""
         import tensorflow as tf

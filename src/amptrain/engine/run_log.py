@@ -197,12 +197,14 @@ class Scalars:
 class Progress:
     """A progress line: step, loss, tokens/s, MFU and time left; redrawn in place on a terminal."""
 
-    def __init__(self, total_steps, start_step, stream=sys.stderr):
+    def __init__(self, total_steps, start_step, stream=None):
         self.total_steps = total_steps
         self.start_step = start_step
         self.started = time.time()
-        self.stream = stream
-        self.interactive = stream.isatty()
+        # sys.stderr as it is now: a default bound at import would keep a stream replaced
+        # since (pytest's capture, closed after the test that first imported this module).
+        self.stream = stream if stream is not None else sys.stderr
+        self.interactive = self.stream.isatty()
 
     def update(self, step, loss, tokens_per_second, note="", mfu=None):
         if not self.interactive:

@@ -39,11 +39,15 @@ class Search:
         bias = np.zeros(model.target_vocabulary_size, np.float32)
         bias[list(banned_ids)] = FAR_BELOW
         self.logit_bias = tf.constant(bias)
-        search = self._greedy if beam_size == 1 else self._beam
-        self._search = tf.function(search, jit_compile=jit_compile, reduce_retracing=True)
+        self._search = tf.function(self.ops, jit_compile=jit_compile, reduce_retracing=True)
 
     def __call__(self, source_ids, source_mask):
         return self._search(tf.constant(source_ids, tf.int32), tf.constant(source_mask, tf.bool)).numpy()
+
+    def ops(self, source_ids, source_mask):
+        """The search as TensorFlow ops on tensors: (batch, max_length) int32 pieces. An
+        export (`amptrain.serving.translation`) calls this inside the graph it saves."""
+        return self._greedy(source_ids, source_mask) if self.beam_size == 1 else self._beam(source_ids, source_mask)
 
     def _log_probabilities(self, token_ids, index, state):
         logits, state = self.model.decode_step(token_ids, index, state)

@@ -1,0 +1,55 @@
+"""A run's task and model as an export needs them: the config's vocabulary and labels,
+the model rebuilt in the export's precision and given the chosen checkpoint's weights.
+
+    task, model, checkpoint = load_for_export("runs/classify-spam", "best", "float32")
+
+The checkpoints hold float32 master weights whatever the training policy, so one
+checkpoint gives a float32 export or a half-precision one (`PRECISIONS`): the variables
+stay float32 in both; half precision changes only what the layers compute in.
+"""
+
+import os
+
+from amptrain import config as config_lib
+from amptrain.errors import UserError
+
+# --precision -> the Keras policy the model is rebuilt under (float32 islands as in training).
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+CHECKPOINTS = ("best", "latest")
+
+
+def load_config(run_dir, overrides=()):
+    """The run's saved config with `overrides` (`--set decode.beam_size=…`) applied."""
+    saved_path = os.path.join(run_dir, "config.toml")
+    if not os.path.exists(saved_path):
+        raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
+    return config_lib.load_config(saved_path, overrides, base_dir=run_dir)
+
+
+def checkpoint_path(run_dir, which):
+    """The prefix of the run's best (else latest) or latest intact checkpoint."""
+    from amptrain.engine.checkpoint_files import newest_intact
+    from amptrain.engine.checkpoints import best_or_latest
+
+    directory = os.path.join(run_dir, "checkpoints")
+    path = best_or_latest(directory) if which == "best" else newest_intact(directory, purpose="the export")
+    if path is None:
+        raise UserError(f"{run_dir}/checkpoints: no checkpoint to export; train first with `amptrain fit`")
+    return path
+
+
+def load_for_export(run_dir, which="best", precision="float32", overrides=()):
+    """(task, model, checkpoint path): the run's task prepared from its folder alone (no
+    data split read) and its model built under `precision`'s policy with the weights of
+    the `which` checkpoint."""
+    import tensorflow as tf
+
+    from amptrain.tasks import create_task
+
+    config = load_config(run_dir, overrides)
+    path = checkpoint_path(run_dir, which)  # before the slow work
+    task = create_task(config, run_dir)
+    task.prepare(())
+    model = task.build_model(PRECISIONS[precision])
+    tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
+    return task, model, path

@@ -1,0 +1,38 @@
+"""What every task's serving module shares: the model's variables kept for saving, and
+the two signatures a SavedModel gets.
+
+A module holds the Keras model's variables (the float32 master weights) as plain
+`tf.Variable`s, not the Keras model itself: the SavedModel is then graphs and variables
+only, and `tf.saved_model.load` needs neither Keras nor amptrain (nor `safe_mode=False`).
+Each task's module defines `serve` (raw strings in) and `serve_ids` (token ids in) as
+`tf.function`s with input signatures.
+"""
+
+import tensorflow as tf
+
+SERVING_DEFAULT = "serving_default"
+SERVING_IDS = "serve_token_ids"
+
+
+class ServingModule(tf.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model  # not tracked (below): only its variables go into the SavedModel
+        self.weights = [v.value if hasattr(v, "value") else v for v in model.variables]
+
+    def __setattr__(self, name, value):
+        if name == "model":  # a Keras model would be saved as objects needing Keras to rebuild
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def signatures(self):
+        """{signature name: concrete function} for `tf.saved_model.save`."""
+        return {
+            SERVING_DEFAULT: self.serve.get_concrete_function(),
+            SERVING_IDS: self.serve_ids.get_concrete_function(),
+        }
+
+    def describe(self):
+        """What the export's metadata file says of the signatures beyond their specs."""
+        return {"signatures": {SERVING_DEFAULT: "raw strings", SERVING_IDS: "token ids"}}

@@ -1,0 +1,105 @@
+"""An export read back: `amptrain predict EXPORT_DIR` runs its SavedModel, not amptrain's model.
+
+    path = find_export("runs/classify-spam/export")   # its newest version folder, or None
+    predict_export(path, ["see you at lunch"])        # the same records as `amptrain predict RUN`
+
+Loading is TensorFlow's `tf.saved_model.load` (with TensorFlow Text's ops registered):
+no model is built and nothing is compiled beyond the saved graph; each call runs the
+`serving_default` signature once over all the texts.
+"""
+
+import json
+import os
+
+from amptrain.errors import UserError
+
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+def find_export(path):
+    """`path` if it holds a SavedModel, else its newest numbered version folder that does,
+    else None (`path` is then no export: a run folder, say). An ONNX version folder is
+    refused: it takes token ids, not text."""
+    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        return path
+    if os.path.isfile(os.path.join(path, "model.onnx")):
+        raise UserError(
+            f"{path}: an ONNX export takes token ids, not text; predict with a SavedModel export "
+            "(`amptrain export RUN` without --format onnx)"
+        )
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "config.toml")):
+        return None
+    versions = sorted((name for name in os.listdir(path) if name.isdigit()), key=int, reverse=True)
+    return next(
+        (os.path.join(path, v) for v in versions if os.path.isfile(os.path.join(path, v, SAVED_MODEL_FILE))), None
+    )
+
+
+def read_metadata(path):
+    """The export's `assets.extra/amptrain-export.json` (task, labels, signatures)."""
+    from amptrain.serving import METADATA_FILE
+
+    try:
+        with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        raise UserError(f"{path}: no readable {METADATA_FILE}; expected a folder made by `amptrain export`") from None
+
+
+def predict_export(path, texts, skip_blank=False):
+    """One record a text, as `api.predict` makes them from a run (classification:
+    probabilities rounded to 6 decimals)."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
+
+    metadata = read_metadata(path)
+    texts = list(texts)
+    if skip_blank and metadata["task"] != "translation":  # translation keeps a line for a line
+        texts = [t for t in texts if t.strip()]
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    outputs = {k: v.numpy() for k, v in serve(text=tf.constant(texts, tf.string)).items()} if texts else None
+    if outputs is None:
+        return []
+    return RECORDS[metadata["task"]](texts, outputs, metadata)
+
+
+def _classification(texts, outputs, metadata):
+    labels = metadata["labels"]
+    return [
+        {
+            "text": text,
+            "label": label.decode(),
+            "probabilities": {name: round(float(p), 6) for name, p in zip(labels, probabilities)},
+        }
+        for text, label, probabilities in zip(texts, outputs["label"], outputs["probabilities"])
+    ]
+
+
+def _ner(texts, outputs, metadata):
+    records = []
+    for i, text in enumerate(texts):
+        words, entities = outputs["num_words"][i], outputs["num_entities"][i]
+        records.append(
+            {
+                "text": text,
+                "tokens": [w.decode() for w in outputs["words"][i][:words]],
+                "tags": [t.decode() for t in outputs["tags"][i][:words]],
+                "entities": [
+                    {
+                        "type": outputs["entity_types"][i][j].decode(),
+                        "text": outputs["entity_texts"][i][j].decode(),
+                        "start": int(outputs["entity_starts"][i][j]),
+                        "end": int(outputs["entity_ends"][i][j]),
+                    }
+                    for j in range(entities)
+                ],
+            }
+        )
+    return records
+
+
+def _translation(texts, outputs, metadata):
+    return [{"text": text, "translation": t.decode()} for text, t in zip(texts, outputs["translation"])]
+
+
+RECORDS = {"classification": _classification, "ner": _ner, "translation": _translation}
