@@ -116,3 +116,29 @@ def test_bench_times_a_pretrained_config(tiny_pretrained, tmp_path, capsys):
     assert status == 0, capsys.readouterr()
     (row,) = json.loads((tmp_path / "run" / "bench" / "results.json").read_text())["rows"]
     assert row["precision"] == "mixed_bfloat16" and row["real_tokens_per_second"] > 0
+
+
+def test_the_export_of_a_pretrained_classifier_and_tagger_equals_predict(tiny_pretrained, tiny_ner, tmp_path):
+    """`amptrain export` (issue 20's) tokenizes as the checkpoint was trained: [CLS] ... [SEP]."""
+    from conftest import pretrained_config
+    from export.test_export_runs import serve_in_fresh_process
+
+    texts = ["WIN a FREE cruise, click now", "see you at lunch " * 20, "ok"]  # the second is cut at 32 pieces
+    run = tmp_path / "classify"
+    amptrain.fit(str(tiny_pretrained), ["train.steps=2", "precision.policy=float32"], run_dir=str(run))
+    amptrain.export(str(run))
+    served, records = serve_in_fresh_process(run / "export" / "1", texts), amptrain.predict(str(run), texts)
+    assert served["label"] == [r["label"] for r in records]
+    labels = json.loads((run / "labels.json").read_text())
+    expected = np.array([[r["probabilities"][name] for name in labels] for r in records])
+    assert np.abs(np.array(served["probabilities"]) - expected).max() <= 1e-5
+
+    config = tmp_path / "ner.toml"
+    config.write_text(pretrained_config((tiny_ner / "tiny.toml").read_text()))
+    run = tmp_path / "ner"
+    amptrain.fit(str(config), ["train.steps=2", "precision.policy=float32"], run_dir=str(run))
+    amptrain.export(str(run))
+    texts = ["@john_doe went to New York with #Obama", "Barack Obama " * 30]  # the second is cut at 64 pieces
+    served, records = serve_in_fresh_process(run / "export" / "1", texts), amptrain.predict(str(run), texts)
+    for i, record in enumerate(records):
+        assert served["tags"][i][: served["num_words"][i]] == record["tags"]

@@ -5,8 +5,9 @@
     module.serve_ids(token_ids)                        # {"logits", "probabilities"}: callers that tokenize
 
 Tokenizing is the run's: its WordPiece vocabulary and casing (`WordPiece.graph_tokenize`),
-`[CLS]` first, cut to `data.max_length` pieces, padded with id 0, which the model masks
-(as `ClassificationTask.predict_texts`). Probabilities are in the order of `labels.json`.
+`[CLS]` first (and `[SEP]` last for a pretrained encoder), cut to `data.max_length`
+pieces, padded with id 0, which the model masks (as `ClassificationTask.predict_texts`).
+Probabilities are in the order of `labels.json`.
 """
 
 import tensorflow as tf
@@ -24,16 +25,23 @@ class ClassifierModule(ServingModule):
         self.labels = tf.constant(task.labels)
         self._tokenizer = task.tokenizer
         self._cls_id = task.tokenizer.token_id(CLS)
+        self._sep_id = task.sep_id  # a pretrained encoder's [SEP], ending every text; else None
         self._max_length = task.config.data.max_length
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
         self.serve_ids = tf.function(self._serve_ids, input_signature=[IDS_SPEC])
 
     def token_ids(self, text):
-        """(batch, length) int32: [CLS] and the pieces of each text, cut and padded."""
-        pieces = self._tokenizer.graph_tokenize(text)
+        """(batch, length) int32: [CLS] and the pieces of each text (and [SEP] for a
+        pretrained encoder, kept when the text is cut), cut and padded."""
+        pieces = tf.cast(self._tokenizer.graph_tokenize(text), tf.int32)
         cls = tf.fill([tf.shape(text)[0], 1], self._cls_id)
-        ragged = tf.concat([tf.RaggedTensor.from_tensor(cls), tf.cast(pieces, tf.int32)], axis=1)
-        return ragged[:, : self._max_length].to_tensor(PAD_ID)
+        if self._sep_id is None:
+            ragged = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces], axis=1)
+            return ragged[:, : self._max_length].to_tensor(PAD_ID)
+        sep = tf.fill([tf.shape(text)[0], 1], self._sep_id)
+        pieces = pieces[:, : self._max_length - 2]
+        ragged = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces, tf.RaggedTensor.from_tensor(sep)], axis=1)
+        return ragged.to_tensor(PAD_ID)
 
     def _serve_ids(self, token_ids):
         logits = self.model({"token_ids": token_ids, "padding_mask": token_ids != PAD_ID}, training=False)

@@ -23,7 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from amptrain.data import conll
-from amptrain.data.vocabulary import CLS, PAD_ID, UNK
+from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK
 from amptrain.serving import unicode_tables as tables
 from amptrain.serving.modules import ServingModule
 from amptrain.tasks.ner import WORD
@@ -52,6 +52,8 @@ class TaggerModule(ServingModule):
         super().__init__(model)
         self._tokenizer = task.tokenizer
         self._cls_id, self._unk_id = task.tokenizer.token_id(CLS), task.tokenizer.token_id(UNK)
+        # A pretrained encoder's [SEP] ends every sentence (as `tasks.ner.tagged_split`): one piece less for words.
+        self._sep_id = task.tokenizer.token_id(SEP) if task.checkpoint is not None else None
         self._max_length = task.config.data.max_length
         self.classes = tf.constant(task.classes)
         self._outside = task.classes.index(conll.OUTSIDE)
@@ -160,7 +162,8 @@ class TaggerModule(ServingModule):
         running = tf.cumsum(counts)
         before = tf.gather(tf.concat([[0], running], 0), tf.gather(words.row_starts(), words.value_rowids()))
         ends = running - tf.cast(before, tf.int32) + 1
-        kept = ends <= self._max_length  # whole words, while they fit: a prefix of each sentence
+        room = self._max_length if self._sep_id is None else self._max_length - 1
+        kept = ends <= room  # whole words, while they fit: a prefix of each sentence
         per_sentence = tf.math.unsorted_segment_sum(
             tf.cast(counts, tf.int64) * tf.cast(kept, tf.int64), words.value_rowids(), words.nrows()
         )
@@ -173,10 +176,15 @@ class TaggerModule(ServingModule):
 
         ids = tf.RaggedTensor.from_row_lengths(tf.ragged.boolean_mask(pieces, kept).flat_values, per_sentence)
         features = {
-            "token_ids": _after(tf.fill([batch, 1], self._cls_id), ids).to_tensor(PAD_ID),
-            "shape_ids": by_sentence(tf.zeros([batch, 1], tf.int32), shapes).to_tensor(0),
-            "char_ids": by_sentence(tf.zeros([batch, 1, CHARS_PER_WORD], tf.int32), chars).to_tensor(0),
+            "token_ids": _after(tf.fill([batch, 1], self._cls_id), ids),
+            "shape_ids": by_sentence(tf.zeros([batch, 1], tf.int32), shapes),
+            "char_ids": by_sentence(tf.zeros([batch, 1, CHARS_PER_WORD], tf.int32), chars),
         }
+        if self._sep_id is not None:  # [SEP] last, its shape and characters 0 as [CLS]'s
+            features["token_ids"] = _before(features["token_ids"], tf.fill([batch, 1], self._sep_id))
+            features["shape_ids"] = _before(features["shape_ids"], tf.zeros([batch, 1], tf.int32))
+            features["char_ids"] = _before(features["char_ids"], tf.zeros([batch, 1, CHARS_PER_WORD], tf.int32))
+        features = {name: ragged.to_tensor(PAD_ID) for name, ragged in features.items()}
         return features, kept, ends - counts
 
     def word_pieces(self, words):
@@ -270,6 +278,11 @@ def _count(flags):
 def _column(ragged, index):
     """Each row's value at `index`, 0 where the row is shorter."""
     return tf.pad(ragged.to_tensor(0), [[0, 0], [0, index + 1]])[:, index]
+
+
+def _before(ragged, last):
+    """Each row of `ragged`, then `last` (batch, 1, …)."""
+    return tf.concat([ragged, tf.RaggedTensor.from_tensor(last)], axis=1)
 
 
 def _after(first, ragged):
