@@ -191,8 +191,13 @@ def test_a_real_probe_on_a_tiny_model(tiny, tmp_path, monkeypatch):
     found = {c["label"]: c["tokens_per_second"] for c in record["candidates"]}
     assert set(found) == {"float32", "float32+XLA", "bf16", "bf16+XLA"} or set(found) == {"float32", "float32+XLA"}
     assert all(v > 0 for v in found.values())
-    chosen = Candidate(record["policy"], record["jit_compile"]).label()
-    assert found[chosen] >= max(found.values()) * (1 - probe.TIE)
+    # The shortest estimated run of what was measured (for 4 steps, mostly the compile
+    # times): not necessarily the fastest step, and which one depends on the machine's load.
+    measured = probe.Measurement.from_json(record)
+    expected, _ = probe.choose(
+        measured.results, estimate=lambda c, median: measured.run_seconds(c, median, record["planned_steps"])
+    )
+    assert Candidate(record["policy"], record["jit_compile"]) == expected
     with open(run / "metrics.jsonl") as f:
         run_record = next(r for r in map(json.loads, f) if r["kind"] == "run")
     assert (run_record["policy"], run_record["jit_compile"]) == (record["policy"], record["jit_compile"])
