@@ -119,18 +119,27 @@ def build_peer(names, dropout, steps):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
         bf16 = name == "bf16"
 
-        def run(n, model=model, optimizer=optimizer, bf16=bf16):
-            for _ in range(n):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            return n * batch * length
-
-        run(2 * steps)  # warm up (oneDNN primitive caches, allocator)
-        runs[name] = run
+        runs[name] = peer_run(model, optimizer, ids, mask, labels, bf16, steps)
     return runs
+
+
+def peer_run(model, optimizer, ids, mask, labels, bf16, steps):
+    """`run(n)`: n training steps of the peer's `model` on one batch (bf16: under
+    `torch.autocast`), returning the tokens trained on; warmed up with 2 x `steps` steps
+    (oneDNN primitive caches, allocator). finetune_vs_hf.py's peer runs this too."""
+    import torch
+
+    def run(n):
+        for _ in range(n):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return n * ids.numel()
+
+    run(2 * steps)
+    return run
 
 
 # === Coordinator ===

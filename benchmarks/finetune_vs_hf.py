@@ -27,7 +27,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bf16_vs_peer import Worker, loadavg, peer_python, serve  # noqa: E402
+from bf16_vs_peer import Worker, loadavg, peer_python, peer_run, serve  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 CHECKPOINT = os.path.join(ROOT, "pretrained", "all-MiniLM-L6-v2")
@@ -80,17 +80,7 @@ def build_peer(names, steps):
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
         bf16 = name == "bf16"
 
-        def run(n, model=model, optimizer=optimizer, bf16=bf16):
-            for _ in range(n):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            return n * BATCH * LENGTH
-
-        run(2 * steps)  # warm up (oneDNN primitive caches, allocator)
-        runs[name] = run
+        runs[name] = peer_run(model, optimizer, ids, mask, labels, bf16, steps)
     return runs
 
 
