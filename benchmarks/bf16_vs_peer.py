@@ -2,7 +2,8 @@
 BertForSequenceClassification at the same shape, side by side in one run.
 
     .venv/bin/python benchmarks/bf16_vs_peer.py [--rounds 7] [--steps 8] [--dropout 0.0]
-        [--peer-venv /tmp/amptrain-peer] [--amptrain float32,float32+xla,mixed_bfloat16,mixed_bfloat16+xla]
+        [--peer-venv /tmp/amptrain-peer]
+        [--amptrain float32,float32+xla,mixed_bfloat16,mixed_bfloat16+xla,mixed_bfloat16+fusible]
 
 Shape (the seed shape of the bf16 issue): 4 layers, hidden 256, 4 heads, FFN 1024,
 sequence 128, batch 32, vocabulary 8000, one synthetic batch served from memory, train
@@ -20,7 +21,7 @@ all variants alike; it prints each round with /proc/loadavg, the medians, and la
 Tokens/s count batch x sequence positions on both sides (amptrain's padded tokens; the
 peer's batch has no padding).
 
-Variants: amptrain POLICY[+xla] (XLA: `runtime.jit_compile`); peer float32 and bf16
+Variants: amptrain POLICY[+xla|+fusible] (`runtime.jit_compile` true or "fusible"); peer float32 and bf16
 (`torch.autocast("cpu", dtype=torch.bfloat16)`).
 """
 
@@ -53,7 +54,7 @@ def serve(build, steps):
         print(json.dumps({"variant": name, "tokens_per_second": tokens / seconds}), flush=True)
 
 
-def build_amptrain(names, dropout, steps):
+def build_amptrain(names, dropout, steps, extra=()):
     sys.path.insert(0, os.path.join(ROOT, "src"))
     os.chdir(ROOT)
     from amptrain import config as config_lib
@@ -74,7 +75,8 @@ def build_amptrain(names, dropout, steps):
     runs = {}
     for name in names:
         policy, *flags = name.split("+")
-        settings = [("precision.policy", policy), ("runtime.jit_compile", "xla" in flags)]
+        jit = "fusible" if "fusible" in flags else "xla" in flags
+        settings = [("precision.policy", policy), ("runtime.jit_compile", jit), *extra]
         config = config_lib.load_config(os.path.join(ROOT, "configs/classify-spam.toml"), seed + settings)
         task, _, trainer, _ = build_trainer(config)
         # The longest of the first real batches, served from memory (`--data synthetic`).
@@ -192,7 +194,9 @@ def main():
     parser.add_argument("--steps", type=int, default=8, help="training steps a timed call (default 8)")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--peer-venv", default="/tmp/amptrain-peer")
-    parser.add_argument("--amptrain", default="float32,float32+xla,mixed_bfloat16,mixed_bfloat16+xla")
+    parser.add_argument(
+        "--amptrain", default="float32,float32+xla,mixed_bfloat16,mixed_bfloat16+xla,mixed_bfloat16+fusible"
+    )
     parser.add_argument("--peer", default="float32,bf16")
     parser.add_argument("--serve", choices=("amptrain", "peer"), help=argparse.SUPPRESS)
     args = parser.parse_args()

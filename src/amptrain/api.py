@@ -54,7 +54,7 @@ def _fit(config, run_dir, write_dir, cluster):
     task = create_task(config, run_dir)
     placement, choice = _prepare(config, task, cluster, run_dir)
     logger.info(probe.summary(choice))
-    xla_asked = config.runtime.jit_compile is True  # check-numerics says it turns that off
+    xla_asked = config.runtime.jit_compile in (True, "fusible")  # check-numerics says it turns that off
     config = task.config = probe.apply(config, choice)
 
     try:

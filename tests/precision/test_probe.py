@@ -15,6 +15,7 @@ AMX = Hardware(cpu_flags=frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"
 AVX2 = Hardware(cpu_flags=frozenset({"avx2"}), cpu_model="EPYC", cores=2)
 F32, F32X = Candidate("float32", False), Candidate("float32", True)
 BF16, BF16X = Candidate("mixed_bfloat16", False), Candidate("mixed_bfloat16", True)
+BF16F = Candidate("mixed_bfloat16", "fusible")
 
 
 def gpu(major, minor):
@@ -34,7 +35,10 @@ def config(**keys):
 
 def test_candidates_on_each_kind_of_machine():
     auto = config(runtime__jit_compile="auto")
-    assert probe.candidates(auto, AMX) == ([F32, F32X, BF16, BF16X], {"fp16": probe.can_pay("mixed_float16", AMX)[1]})
+    # On a CPU half precision is also tried with XLA around oneDNN's products ("fusible").
+    excluded = {"fp16": probe.can_pay("mixed_float16", AMX)[1]}
+    assert probe.candidates(auto, AMX) == ([F32, F32X, BF16, BF16X, BF16F], excluded)
+    assert BF16F.label() == "bf16+fusible" and Candidate("float32", 1) == F32X
     found, excluded = probe.candidates(auto, AVX2)
     assert found == [F32, F32X]
     assert set(excluded) == {"bf16", "fp16"} and "emulated" in excluded["bf16"]
@@ -50,14 +54,15 @@ def test_candidates_on_each_kind_of_machine():
 
 def test_named_keys_and_allow_narrow_the_candidates():
     assert probe.candidates(config(runtime__jit_compile=False), AMX)[0] == [F32, BF16]
-    assert probe.candidates(config(precision__policy="mixed_bfloat16"), AMX)[0] == [BF16, BF16X]
+    assert probe.candidates(config(precision__policy="mixed_bfloat16"), AMX)[0] == [BF16, BF16X, BF16F]
+    assert probe.candidates(config(runtime__jit_compile="fusible"), AMX)[0] == [Candidate("float32", "fusible"), BF16F]
     only_f32 = config(precision__allow=["float32"])
     found, excluded = probe.candidates(only_f32, AMX)
     assert found == [F32, F32X] and excluded["bf16"] == "not in precision.allow"
     # check-numerics turns XLA off, so XLA is never tried
     assert probe.candidates(config(runtime__check_numerics=True), AMX)[0] == [F32, BF16]
     # allow naming only a policy that cannot pay here: it is tried all the same
-    assert probe.candidates(config(precision__allow=["mixed_bfloat16"]), AVX2)[0] == [BF16, BF16X]
+    assert probe.candidates(config(precision__allow=["mixed_bfloat16"]), AVX2)[0] == [BF16, BF16X, BF16F]
 
 
 def test_the_fastest_median_wins():
@@ -112,15 +117,17 @@ def decide(cfg, measure, steps=1000, hardware=AMX, recorded=None):
 def test_measured_once_then_cached_then_reused_from_the_run_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
     cfg = config(runtime__jit_compile="auto")
-    measure = FakeMeasure({F32: [100, 100, 100], F32X: [110] * 3, BF16: [200, 190, 210], BF16X: "XlaError: no"})
+    measure = FakeMeasure(
+        {F32: [100, 100, 100], F32X: [110] * 3, BF16: [200, 190, 210], BF16X: "XlaError: no", BF16F: [180] * 3}
+    )
     first = decide(cfg, measure)
     assert (first["policy"], first["jit_compile"], first["source"]) == ("mixed_bfloat16", False, "measured")
-    assert [c["tokens_per_second"] for c in first["candidates"]] == [100, 110, 200, None]
+    assert [c["tokens_per_second"] for c in first["candidates"]] == [100, 110, 200, None, 180]
     assert first["planned_steps"] == 1000 and first["tokens_per_step"] == 1000.0
     assert first["candidates"][3]["error"] == "XlaError: no"
     assert probe.summary(first).startswith(
         "precision probe (measured in 12.5 s), tokens/s: "
-        "float32 100, float32+XLA 110, bf16 200, bf16+XLA failed -> bf16"
+        "float32 100, float32+XLA 110, bf16 200, bf16+XLA failed, bf16+fusible 180 -> bf16"
     )
     second = decide(cfg, measure)  # the same config on the same machine: the cache, no measurement
     assert measure.calls == 1 and second["source"] == "cache"
@@ -137,6 +144,20 @@ def test_measured_once_then_cached_then_reused_from_the_run_folder(tmp_path, mon
     short = decide(config(runtime__jit_compile="auto", model__hidden_dim=128), measure, steps=10)
     assert (short["source"], short["policy"], short["jit_compile"]) == ("cache", "mixed_bfloat16", False)
     assert measure.calls == 2 and short["reason"].startswith("shortest estimated run: bf16 200 tokens/s")
+
+
+def test_a_fusible_choice_is_recorded_and_applied_as_the_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = config(runtime__jit_compile="auto")
+    speeds = {F32: [100], F32X: [110], BF16: [200], BF16X: [90], BF16F: [240]}
+    record = json.loads(json.dumps(decide(cfg, FakeMeasure(speeds))))  # as precision.json holds it
+    assert (record["policy"], record["jit_compile"]) == ("mixed_bfloat16", "fusible")
+    assert "-> bf16+fusible: shortest estimated run" in probe.summary(record)
+    applied = probe.apply(cfg, record)
+    assert (applied.precision.policy, applied.runtime.jit_compile) == ("mixed_bfloat16", "fusible")
+    assert probe.apply(cfg, {"policy": "float32", "jit_compile": True}).runtime.jit_compile is True
+    cached = decide(cfg, FakeMeasure({}))  # read back from the cache: the mode, not a bool
+    assert (cached["source"], cached["jit_compile"]) == ("cache", "fusible")
 
 
 def test_no_measurement_when_named_alone_or_short(tmp_path, monkeypatch):
@@ -167,7 +188,8 @@ def test_the_rule_keeps_xla_off_on_a_cpu_and_within_allow():
 
 
 def test_config_keys_are_checked():
-    with pytest.raises(config_lib.ConfigError, match=r"runtime.jit_compile: expected true, false or \"auto\""):
+    expected = r"runtime.jit_compile: expected true, false, \"fusible\" or \"auto\""
+    with pytest.raises(config_lib.ConfigError, match=expected):
         config(runtime__jit_compile="sometimes")
     with pytest.raises(config_lib.ConfigError, match="precision.allow: expected a list of distinct policies"):
         config(precision__allow=["float32", "float64"])
@@ -189,7 +211,8 @@ def test_a_real_probe_on_a_tiny_model(tiny, tmp_path, monkeypatch):
                       "train.steps": 4}, run_dir=str(run))  # fmt: skip
     record = json.loads((run / "precision.json").read_text())
     found = {c["label"]: c["tokens_per_second"] for c in record["candidates"]}
-    assert set(found) == {"float32", "float32+XLA", "bf16", "bf16+XLA"} or set(found) == {"float32", "float32+XLA"}
+    half = {"bf16", "bf16+XLA", "bf16+fusible"}
+    assert set(found) == {"float32", "float32+XLA", *half} or set(found) == {"float32", "float32+XLA"}
     assert all(v > 0 for v in found.values())
     # The shortest estimated run of what was measured (for 4 steps, mostly the compile
     # times): not necessarily the fastest step, and which one depends on the machine's load.

@@ -33,9 +33,9 @@ def _precision(item):
 
 
 def _switch(item):
-    if item not in ("on", "off"):
+    if item not in ("on", "off", "fusible"):
         raise ValueError(item)
-    return item == "on"
+    return "fusible" if item == "fusible" else item == "on"
 
 
 def _positive(item):

@@ -40,7 +40,7 @@ def _cell(row, key, form):
     if key == "peak_memory_bytes":
         value /= 2**20
     if key == "jit":
-        return "on" if value else "off"
+        return {True: "on", False: "off"}.get(value, str(value))
     return form.format(value)
 
 
@@ -134,7 +134,7 @@ def write_plots(rows, out_dir):
     import matplotlib.pyplot as plt
 
     labels = [
-        f"{r['precision'].replace('mixed_', '')}\nXLA {'on' if r['jit'] else 'off'}\nspe {r['steps_per_execution']}"
+        f"{r['precision'].replace('mixed_', '')}\nXLA {_cell(r, 'jit', '{}')}\nspe {r['steps_per_execution']}"
         f"\nbatch {batch_label(r)}"
         for r in rows
     ]

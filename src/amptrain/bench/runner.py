@@ -86,7 +86,7 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
             "data": data,
         }
         progress(
-            f"[{index}/{len(combinations)}] {precision}, XLA {'on' if jit else 'off'}, "
+            f"[{index}/{len(combinations)}] {precision}, XLA {'fusible' if jit == 'fusible' else 'on' if jit else 'off'}, "
             f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else "")
         )
         result = run_worker(spec)

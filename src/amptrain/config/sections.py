@@ -97,7 +97,9 @@ class RuntimeConfig:
     cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
     tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
     collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
-    # true | false | "auto": measured with the precision at the start of the run (precision/probe.py)
+    # true | false | "fusible" | "auto". true: XLA compiles the step; "fusible": only the
+    # elementwise ops between the matrix products (engine/xla_modes.py); "auto": measured
+    # with the precision at the start of the run (precision/probe.py)
     jit_compile: bool | str = "auto"
     steps_per_execution: int = 1
     seed: int = 0

@@ -97,7 +97,12 @@ def validate(config):
         f'a policy that precision.allow lists ({", ".join(p.allow)}) or "auto"',
         p.policy,
     )
-    require(r.jit_compile in (True, False, "auto"), "runtime.jit_compile", 'true, false or "auto"', r.jit_compile)
+    require(
+        r.jit_compile in (True, False, "auto", "fusible"),
+        "runtime.jit_compile",
+        'true, false, "fusible" or "auto"',
+        r.jit_compile,
+    )
     _validate_loss_scale(p, require)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
     require(

@@ -30,7 +30,9 @@ so the multi-step loop is an ordinary `tf.function` that pulls each step's batch
 hands them to `_step_fn`. On one device with `jit_compile` (`fused`), `_step_fn` is one XLA
 cluster: forward and backward, reduce, skip decision, optimizer update, loss scaler,
 counters. Under several replicas only the replica's forward and backward pass is
-jit-compiled: their replicas meet in `merge_call`, which XLA cannot compile. A
+jit-compiled: their replicas meet in `merge_call`, which XLA cannot compile. Under
+`jit_compile = "fusible"` nothing is compiled whole: XLA compiles the ops of the forward
+and backward pass between their matrix products (engine/xla_modes.py). A
 `tf.cond` around `optimizer.apply` inside a replica context fails (the optimizer calls
 `merge_call`), so the skip decision is taken in the cross-replica context (on one
 device, inside the compiled step).
@@ -39,6 +41,7 @@ device, inside the compiled step).
 import tensorflow as tf
 
 from amptrain.distribute import is_single_device
+from amptrain.engine import xla_modes
 
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
@@ -83,16 +86,20 @@ class Trainer:
         self.skipped_steps = counter("skipped_steps")
         self.consecutive_skips = counter("consecutive_skips")
         # Public for benchmarks/step_profile.py, which times the parts of a step.
-        self.forward_backward = tf.function(self._forward_backward_impl, jit_compile=jit_compile, reduce_retracing=True)
+        # "fusible": not compiled whole; its ops but the matrix products are built in an
+        # XLA scope (engine/xla_modes.py).
+        self.jit_mode = jit_compile
+        whole = xla_modes.whole(jit_compile)
+        self.forward_backward = tf.function(self._forward_backward_impl, jit_compile=whole, reduce_retracing=True)
         # One replica (the default strategy, OneDeviceStrategy) has no merge_call across
         # replica threads, so XLA can compile the whole step after the iterator pull:
         # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
-        self.fused = bool(fuse_step and jit_compile) and is_single_device(strategy)
+        self.fused = bool(fuse_step and whole) and is_single_device(strategy)
         if self.fused:
             self._step_fn = tf.function(self._step_into_totals, jit_compile=True, reduce_retracing=True)
         else:
             self._step_fn = self._step_into_totals
-        self._predict_step = tf.function(self._predict_impl, jit_compile=jit_compile, reduce_retracing=True)
+        self._predict_step = tf.function(self._predict_impl, jit_compile=whole, reduce_retracing=True)
         self._train_loop = tf.function(self._train_loop_impl)
         self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True)
 
@@ -106,20 +113,21 @@ class Trainer:
         return self.loss_scale.scale.read_value() if self.loss_scale is not None else tf.constant(1.0)
 
     def _forward_backward_impl(self, features, targets, scale):
-        with tf.GradientTape() as tape:
-            outputs = self.model(features, training=True)
-            loss_sum, count = self.loss_fn(targets, outputs)
-            # A per-replica mean keeps the gradients' magnitudes (and so the loss
-            # scale) independent of batch size; _replica_micro_batch turns it back into sums.
-            local_mean = loss_sum / tf.maximum(count, 1.0)
-            scaled = local_mean * scale
-        gradients = tape.gradient(scaled, self.variables)
-        # Dense here, not in the caller: an embedding's gradient is an IndexedSlices
-        # whose `dense_shape` would leave this function as an output, and XLA needs it as
-        # a compile-time constant to densify it; a constant that comes out of a function
-        # call makes XLA treat every input of that call (the batch, every weight) as a
-        # constant, so the fused step would recompile on every call.
-        return loss_sum, count, [tf.convert_to_tensor(g) for g in gradients]
+        with xla_modes.scope(self.jit_mode):
+            with tf.GradientTape() as tape:
+                outputs = self.model(features, training=True)
+                loss_sum, count = self.loss_fn(targets, outputs)
+                # A per-replica mean keeps the gradients' magnitudes (and so the loss
+                # scale) independent of batch size; _replica_micro_batch turns it back into sums.
+                local_mean = loss_sum / tf.maximum(count, 1.0)
+                scaled = local_mean * scale
+            gradients = tape.gradient(scaled, self.variables)
+            # Dense here, not in the caller: an embedding's gradient is an IndexedSlices
+            # whose `dense_shape` would leave this function as an output, and XLA needs it as
+            # a compile-time constant to densify it; a constant that comes out of a function
+            # call makes XLA treat every input of that call (the batch, every weight) as a
+            # constant, so the fused step would recompile on every call.
+            return loss_sum, count, [tf.convert_to_tensor(g) for g in gradients]
 
     def _replica_micro_batch(self, features, targets, token_counts, scale, *accumulated):
         """One micro-batch on this replica: its loss sum, target count, the unscaled
@@ -156,7 +164,8 @@ class Trainer:
         return loss, variable_finite, norm, sizes, gradients
 
     def _predict_impl(self, features):
-        return self.model(features, training=False)
+        with xla_modes.scope(self.jit_mode):
+            return self.model(features, training=False)
 
     def _predict_replica(self, features):
         # A plain function, not the compiled one, goes to `strategy.run`: given a

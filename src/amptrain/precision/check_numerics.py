@@ -52,7 +52,7 @@ def enable(config, xla_asked=None):
     run passes its config as given, since the probe has already turned XLA off)."""
     tf.debugging.enable_check_numerics()
     line = "check-numerics is on: the first NaN or inf any op produces stops the run, naming the op and its layer"
-    if config.runtime.jit_compile is True if xla_asked is None else xla_asked:
+    if config.runtime.jit_compile in (True, "fusible") if xla_asked is None else xla_asked:
         line += "; XLA is off for this run (runtime.jit_compile = false): XLA cannot compile the check-numerics ops"
     logger.info(line)
     p = config.precision

@@ -39,10 +39,18 @@ RECORD_FILE = "precision.json"
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     policy: str
-    jit_compile: bool
+    jit_compile: bool | str  # True, False or "fusible" (engine/xla_modes.py)
+
+    def __post_init__(self):
+        object.__setattr__(self, "jit_compile", jit_mode(self.jit_compile))
 
     def label(self):
-        return SHORT_NAMES[self.policy] + ("+XLA" if self.jit_compile else "")
+        return SHORT_NAMES[self.policy] + {True: "+XLA", False: "", "fusible": "+fusible"}[self.jit_compile]
+
+
+def jit_mode(value):
+    """A recorded `jit_compile` as a mode: "fusible" stays, anything else is a bool."""
+    return "fusible" if value == "fusible" else bool(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +129,14 @@ def candidates(config, hardware):
     elif r.jit_compile == "auto":
         jits = [False, True]
     else:
-        jits = [bool(r.jit_compile)]
-    return [Candidate(policy, jit) for policy in policies for jit in jits], excluded
+        jits = [jit_mode(r.jit_compile)]
+    found = [Candidate(policy, jit) for policy in policies for jit in jits]
+    if r.jit_compile == "auto" and not r.check_numerics and not hardware.accelerators():
+        # On a CPU, XLA turns bf16 and fp16 matrix products into float32 ones; "fusible"
+        # keeps them oneDNN's and compiles what lies between (engine/xla_modes.py).
+        # Accelerators' XLA runs half-precision products as they are.
+        found += [Candidate(policy, "fusible") for policy in policies if policy != "float32"]
+    return found, excluded
 
 
 def rule(config, hardware):
@@ -146,7 +160,7 @@ def rule(config, hardware):
         jit = bool(hardware.accelerators())
         why += "; XLA " + ("on: an accelerator" if jit else "off on a CPU")
     else:
-        jit = bool(r.jit_compile)
+        jit = jit_mode(r.jit_compile)
     return Candidate(policy, jit), why
 
 
@@ -183,7 +197,7 @@ class Measurement:
     def from_json(cls, data):
         results, compiles = {}, {}
         for row in data["candidates"]:
-            c = Candidate(row["policy"], bool(row["jit_compile"]))
+            c = Candidate(row["policy"], row["jit_compile"])
             results[c] = row["error"] if row.get("error") else list(row["rounds"])
             if row.get("compile_seconds") is not None:
                 compiles[c] = row["compile_seconds"]
@@ -339,7 +353,7 @@ def apply(config, record):
     return dataclasses.replace(
         config,
         precision=dataclasses.replace(config.precision, policy=record["policy"]),
-        runtime=dataclasses.replace(config.runtime, jit_compile=bool(record["jit_compile"])),
+        runtime=dataclasses.replace(config.runtime, jit_compile=jit_mode(record["jit_compile"])),
     )
 
 
@@ -355,7 +369,7 @@ def resolved_for(config, run_dir):
 
 def summary(record):
     """One line: every candidate's tokens/s and the choice, or why nothing was measured."""
-    chosen = Candidate(record["policy"], bool(record["jit_compile"])).label()
+    chosen = Candidate(record["policy"], record["jit_compile"]).label()
     measured = record.get("candidates")
     if measured:
         shown = ", ".join(

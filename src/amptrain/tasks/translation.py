@@ -228,7 +228,7 @@ class TranslationTask(TextTask):
                 self.end_id,
                 beam_size,
                 c.length_penalty,
-                jit_compile=self.config.runtime.jit_compile,
+                jit_compile=self.config.runtime.jit_compile is True,  # not under "fusible"
                 banned_ids=(PAD_ID, self.start_id),
             )
         return self._searches[key]
