@@ -157,7 +157,7 @@ def _add_bench(commands):
     )
     bench.add_argument("--precisions", default="float32,mixed_bfloat16,mixed_float16", help="comma-separated policies")
     bench.add_argument(
-        "--jit", default="off,on", help='XLA settings to try: off,on,fusible (runtime.jit_compile false, true, "fusible")'
+        "--jit", default="off,on", help='XLA settings to try: off,on,fusible (jit_compile false, true, "fusible")'
     )
     bench.add_argument("--steps-per-execution", default="1,20", help="comma-separated integers")
     bench.add_argument("--batch-sizes", default="", help="comma-separated global batch sizes (default: the config's)")

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+from amptrain.bench.report import jit_label
 from amptrain.errors import UserError
 
 logger = logging.getLogger("amptrain")
@@ -86,7 +87,7 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
             "data": data,
         }
         progress(
-            f"[{index}/{len(combinations)}] {precision}, XLA {'fusible' if jit == 'fusible' else 'on' if jit else 'off'}, "
+            f"[{index}/{len(combinations)}] {precision}, XLA {jit_label(jit)}, "
             f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else "")
         )
         result = run_worker(spec)
