@@ -16,7 +16,6 @@ is printed beside it (`wall ms a step`).
 
 import argparse
 import collections
-import glob
 import os
 import sys
 import tempfile
@@ -29,21 +28,13 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 
 def op_times(logdir):
     """{op type: picoseconds} over the compute threads of the trace in `logdir`."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from amptrain.engine.profiling import host_events
 
-    (path,) = glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb")[-1:]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    host = next(plane for plane in space.planes if plane.name == "/host:CPU")
     totals = collections.Counter()
-    for line in host.lines:
-        if not line.name.startswith("tf_Compute") and "Eigen" not in line.name:
-            continue
-        for event in line.events:
-            name = host.event_metadata[event.metadata_id].name
-            if ":" in name and not name.startswith("ExecutorState"):
-                totals[name.rsplit(":", 1)[1]] += event.duration_ps
+    for thread, name, picoseconds in host_events(logdir):
+        compute = thread.startswith("tf_Compute") or "Eigen" in thread
+        if compute and ":" in name and not name.startswith("ExecutorState"):
+            totals[name.rsplit(":", 1)[1]] += picoseconds
     return totals
 
 

@@ -13,7 +13,6 @@ time of the graph calls, which is printed beside them.
 """
 
 import collections
-import glob
 import sys
 
 UPDATE = ("adam_w", "adam/", "clip", "global_norm", "loss_scale", "/cond/")
@@ -30,23 +29,16 @@ def part(op_name):
 
 
 def breakdown(run_dir):
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from amptrain.engine.profiling import host_events
 
-    (path,) = glob.glob(f"{run_dir}/tensorboard/plugins/profile/*/*.xplane.pb")[-1:]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    host = next(plane for plane in space.planes if plane.name == "/host:CPU")
     totals, calls = collections.Counter(), 0
-    for line in host.lines:
-        for event in line.events:
-            name = host.event_metadata[event.metadata_id].name
-            if line.name == "python" and "__inference__train_loop_impl" in name:
-                calls += event.duration_ps
-            elif line.name.startswith("tf_data_iterator_get_next"):
-                totals["input (waiting for the next batch)"] += event.duration_ps
-            elif line.name.startswith("tf_Compute") and ":" in name and not name.startswith("ExecutorState"):
-                totals[part(name)] += event.duration_ps
+    for thread, name, picoseconds in host_events(f"{run_dir}/tensorboard"):
+        if thread == "python" and "__inference__train_loop_impl" in name:
+            calls += picoseconds
+        elif thread.startswith("tf_data_iterator_get_next"):
+            totals["input (waiting for the next batch)"] += picoseconds
+        elif thread.startswith("tf_Compute") and ":" in name and not name.startswith("ExecutorState"):
+            totals[part(name)] += picoseconds
     return totals, calls
 
 

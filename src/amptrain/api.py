@@ -44,6 +44,7 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
 
 def _fit(config, run_dir, write_dir, cluster):
     from amptrain import distribute
+    from amptrain.engine import xla_modes
     from amptrain.engine.run_log import setup_logging
     from amptrain.precision import check_numerics, probe
     from amptrain.tasks import create_task
@@ -54,7 +55,7 @@ def _fit(config, run_dir, write_dir, cluster):
     task = create_task(config, run_dir)
     placement, choice = _prepare(config, task, cluster, run_dir)
     logger.info(probe.summary(choice))
-    xla_asked = config.runtime.jit_compile in (True, "fusible")  # check-numerics says it turns that off
+    xla_asked = xla_modes.uses_xla(config.runtime.jit_compile)  # check-numerics says it turns that off
     config = task.config = probe.apply(config, choice)
 
     try:

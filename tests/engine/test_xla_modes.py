@@ -3,7 +3,6 @@ backward pass but its matrix products, which stay TensorFlow's kernels; it train
 the executor does without XLA."""
 
 import collections
-import glob
 
 import numpy as np
 import pytest
@@ -12,24 +11,12 @@ import tensorflow as tf
 from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
 from amptrain.engine import xla_modes
+from amptrain.engine.profiling import host_events
 
 
 def op_types(logdir):
     """{op type: count} of the TensorFlow ops the trace in `logdir` ran on the host."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    (path,) = glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb")[-1:]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    host = next(plane for plane in space.planes if plane.name == "/host:CPU")
-    found = collections.Counter()
-    for line in host.lines:
-        for event in line.events:
-            name = host.event_metadata[event.metadata_id].name
-            if ":" in name:
-                found[name.rsplit(":", 1)[1]] += 1
-    return found
+    return collections.Counter(name.rsplit(":", 1)[1] for _, name, _ in host_events(logdir) if ":" in name)
 
 
 def build(tiny, jit, task=None, dropout=0.1, policy="float32"):

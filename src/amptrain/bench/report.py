@@ -8,6 +8,8 @@ import json
 import os
 import platform
 
+from amptrain.engine import xla_modes
+
 COLUMNS = (
     ("precision", "precision", "{}"),
     ("jit", "XLA", "{}"),
@@ -40,13 +42,8 @@ def _cell(row, key, form):
     if key == "peak_memory_bytes":
         value /= 2**20
     if key == "jit":
-        return jit_label(value)
+        return xla_modes.describe(value)
     return form.format(value)
-
-
-def jit_label(jit):
-    """`runtime.jit_compile` as the tables show it: on, off or fusible."""
-    return {True: "on", False: "off"}.get(jit, str(jit))
 
 
 def batch_label(row):
@@ -139,7 +136,7 @@ def write_plots(rows, out_dir):
     import matplotlib.pyplot as plt
 
     labels = [
-        f"{r['precision'].replace('mixed_', '')}\nXLA {jit_label(r['jit'])}\nspe {r['steps_per_execution']}"
+        f"{r['precision'].replace('mixed_', '')}\nXLA {xla_modes.describe(r['jit'])}\nspe {r['steps_per_execution']}"
         f"\nbatch {batch_label(r)}"
         for r in rows
     ]

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from amptrain.bench.report import jit_label
+from amptrain.engine import xla_modes
 from amptrain.errors import UserError
 
 logger = logging.getLogger("amptrain")
@@ -87,7 +87,7 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
             "data": data,
         }
         progress(
-            f"[{index}/{len(combinations)}] {precision}, XLA {jit_label(jit)}, "
+            f"[{index}/{len(combinations)}] {precision}, XLA {xla_modes.describe(jit)}, "
             f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else "")
         )
         result = run_worker(spec)

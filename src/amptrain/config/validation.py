@@ -14,6 +14,7 @@ from amptrain.config.sections import (
     TASK_FORMATS,
     TASK_NAMES,
 )
+from amptrain.engine import xla_modes
 from amptrain.errors import ConfigError
 
 
@@ -98,7 +99,7 @@ def validate(config):
         p.policy,
     )
     require(
-        r.jit_compile in (True, False, "auto", "fusible"),
+        r.jit_compile in (*xla_modes.MODES, "auto"),
         "runtime.jit_compile",
         'true, false, "fusible" or "auto"',
         r.jit_compile,

@@ -4,6 +4,7 @@ profile plugin (`tensorboard-plugin-profile`), in `run_dir/tensorboard/plugins/p
     profiler = StepProfiler.from_config(config, "runs/x/tensorboard")   # None when off
     profiler.before_call(step, n)   # starts the trace if the call's steps n meet the range
     profiler.after_call(step)       # stops it once `last` has run
+    for thread, name, picoseconds in host_events(logdir): ...   # read a trace back
 
 A graph call runs up to `steps_per_execution` steps and cannot be cut, so the traced range
 is rounded out to whole calls, and the log says which steps were traced. When profiling is
@@ -58,3 +59,22 @@ class StepProfiler:
                 "runtime.steps_per_execution steps)"
             )
         logger.info(f"profiled steps {self.traced_from}..{step} into {self.logdir}/plugins/profile{why}")
+
+
+def host_events(logdir):
+    """(thread line, event name, duration in picoseconds) of each event on the host CPU
+    plane of the newest trace under `logdir` (`plugins/profile/<run>/*.xplane.pb`, as
+    `StepProfiler` and `tf.profiler.experimental.start(logdir)` write it), read with
+    TensorFlow's own XPlane reader. TensorFlow ops are named "<node name>:<op type>"."""
+    import glob
+
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    (path,) = sorted(glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb"))[-1:]
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    host = next(plane for plane in space.planes if plane.name == "/host:CPU")
+    for line in host.lines:
+        for event in line.events:
+            yield line.name, host.event_metadata[event.metadata_id].name, event.duration_ps

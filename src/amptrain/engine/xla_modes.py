@@ -25,6 +25,7 @@ cannot have.
     with xla_modes.scope(mode):     # around the ops of a step's forward and backward pass
         ...
     xla_modes.whole(mode)           # the `jit_compile` argument of the step's tf.functions
+    xla_modes.uses_xla(mode)        # True for true and "fusible" (check-numerics turns both off)
 """
 
 import contextlib
@@ -44,6 +45,11 @@ RANDOM_PREFIXES = ("StatelessRandom", "StatelessTruncated", "Random", "Rng", "St
 def whole(mode):
     """True when XLA compiles the whole forward and backward pass (`jit_compile = true`)."""
     return mode is True
+
+
+def uses_xla(mode):
+    """True when XLA compiles any of the step: `true` or "fusible"."""
+    return mode is True or mode == "fusible"
 
 
 def _compiled(node_def):

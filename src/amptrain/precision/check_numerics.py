@@ -26,6 +26,7 @@ import traceback
 
 import tensorflow as tf
 
+from amptrain.engine import xla_modes
 from amptrain.models.layer_tree import children
 
 # The engine's logger ("amptrain"), named here: precision does not import the engine.
@@ -48,11 +49,11 @@ GRADIENT_SCOPE = "gradient_tape"
 
 def enable(config, xla_asked=None):
     """Turns check-numerics on (this thread) and returns `config` with XLA off. `xla_asked`:
-    whether the user's config named XLA (default: `config`'s own `jit_compile is True`; a
+    whether the user's config named XLA (default: `config`'s own `jit_compile`, true or "fusible"; a
     run passes its config as given, since the probe has already turned XLA off)."""
     tf.debugging.enable_check_numerics()
     line = "check-numerics is on: the first NaN or inf any op produces stops the run, naming the op and its layer"
-    if config.runtime.jit_compile in (True, "fusible") if xla_asked is None else xla_asked:
+    if xla_modes.uses_xla(config.runtime.jit_compile) if xla_asked is None else xla_asked:
         line += "; XLA is off for this run (runtime.jit_compile = false): XLA cannot compile the check-numerics ops"
     logger.info(line)
     p = config.precision
