@@ -19,11 +19,15 @@ def fake_profiler(monkeypatch, caplog):
     """tf.profiler faked; the run log (which does not propagate) seen by caplog."""
     logger = logging.getLogger(LOGGER_NAME)
     logger.addHandler(caplog.handler)
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    # setLevel, not the attribute: it also clears the logger's isEnabledFor cache, which an
+    # earlier INFO line under the default WARNING level (another test's fit) filled with False.
+    level = logger.level
+    logger.setLevel(logging.INFO)
     calls = []
     monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir: calls.append(("start", logdir)))
     monkeypatch.setattr(tf.profiler.experimental, "stop", lambda: calls.append(("stop",)))
     yield calls
+    logger.setLevel(level)
     logger.removeHandler(caplog.handler)
 
 
