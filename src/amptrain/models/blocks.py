@@ -16,6 +16,8 @@ and the few places where half precision is unsafe are float32 islands, each sayi
 import keras
 from keras import ops
 
+from amptrain.models.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="amptrain")
 class TokenAndPositionEmbedding(keras.layers.Layer):
@@ -102,7 +104,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # === Layers ===
         self.qkv = keras.layers.Dense(3 * hidden_dim, dtype=self.dtype_policy, name="qkv")
         self.output_dense = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="output")
-        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.attention_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.qkv.build(input_shape)
@@ -139,7 +141,7 @@ class Attention(keras.layers.Layer):
         self.query = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="query")
         self.key_value = keras.layers.Dense(2 * hidden_dim, dtype=self.dtype_policy, name="key_value")
         self.output_dense = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy, name="output")
-        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.attention_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         for layer in (self.query, self.key_value, self.output_dense):
@@ -194,7 +196,7 @@ class EncoderBlock(keras.layers.Layer):
         self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
         self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
-        self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.residual_dropout = Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
         for layer in (self.attention_norm, self.attention, self.ffn_norm, self.ffn_in):
@@ -240,7 +242,7 @@ class DecoderBlock(keras.layers.Layer):
         self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
         self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
-        self.residual_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.residual_dropout = Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
         for layer in (

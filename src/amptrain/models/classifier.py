@@ -8,6 +8,7 @@ logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, classes) flo
 import keras
 from keras import ops
 
+from amptrain.models.dropout import Dropout
 from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
 
@@ -34,7 +35,7 @@ def build_classifier(vocabulary_size, max_length, num_classes, model_config, dty
     # === Functional Model ===
     states = encode(token_ids, padding_mask, vocabulary_size, max_length, model_config, dtype)
     pooled = MaskedMeanPooling(dtype="float32", name="pooling")(states, padding_mask)
-    head_dropout = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")
+    head_dropout = Dropout(model_config.dropout, dtype="float32", name="head_dropout")
     head_dropout = float32_island(head_dropout, "follows the float32 pooling; a cast back to half would only lose bits")
     pooled = head_dropout(pooled)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")

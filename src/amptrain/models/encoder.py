@@ -3,6 +3,7 @@
 import keras
 
 from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
+from amptrain.models.dropout import Dropout
 
 
 def encode(
@@ -21,7 +22,7 @@ def encode(
         x = x + keras.layers.Embedding(count, c.hidden_dim, dtype=dtype, name="extra_embedding")(ids)
     for extra in extra_embeddings:
         x = x + extra
-    x = keras.layers.Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
+    x = Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
     for i in range(c.num_layers):
         block = EncoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}")
         x = block(x, padding_mask=padding_mask)

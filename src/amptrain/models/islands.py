@@ -20,6 +20,8 @@ so the layer keeps its name, its variables and its place in the random sequence.
 
 import keras
 
+from amptrain.models.dropout import Dropout
+
 # Keras layers that upcast internally under mixed policies (checked on Keras 3.15: their
 # traced graphs run the statistics / the softmax in float32).
 KERAS_ISLANDS = (
@@ -54,14 +56,16 @@ def island_class(base):
 
         namespace = {"__init__": __init__, "get_config": get_config, "__module__": __name__, "is_float32_island": True}
         cls = type(base.__name__, (base,), namespace)  # the audit shows the class's name: "Dense" stays "Dense"
-        keras.saving.register_keras_serializable(package="amptrain", name=f"float32_island.{base.__name__}")(cls)
+        # amptrain's own layers may share a Keras layer's name (models.dropout.Dropout)
+        owner = "amptrain." if base.__module__.startswith("amptrain.") else ""
+        keras.saving.register_keras_serializable(package="amptrain", name=f"float32_island.{owner}{base.__name__}")(cls)
         _ISLAND_CLASSES[base] = cls
     return _ISLAND_CLASSES[base]
 
 
 # Registered at import, for a model saved in another process: the classes amptrain's models
 # declare islands of (a model with an island of another class loads where one was declared).
-for _base in (keras.layers.Dense, keras.layers.Dropout, keras.layers.Activation):
+for _base in (keras.layers.Dense, keras.layers.Dropout, keras.layers.Activation, Dropout):
     island_class(_base)
 
 

@@ -28,6 +28,7 @@ from keras import ops
 from amptrain.models.blocks import SOFTMAX_REASON
 from amptrain.models.chars import CharWordEncoder
 from amptrain.models.classifier import MaskedMeanPooling
+from amptrain.models.dropout import Dropout
 from amptrain.models.islands import float32_island
 
 ENCODER_NAME = "pretrained_encoder"
@@ -96,7 +97,7 @@ def build_pretrained_classifier(checkpoint, num_classes, model_config, dtype):
         pooled = MaskedMeanPooling(dtype="float32", name="pooling")(outputs["sequence_output"], padding_mask)
     else:
         pooled = outputs["pooled_output"]
-    head_dropout = keras.layers.Dropout(model_config.dropout, dtype="float32", name="head_dropout")
+    head_dropout = Dropout(model_config.dropout, dtype="float32", name="head_dropout")
     head_dropout = float32_island(head_dropout, "follows the float32 pooling; a cast back to half would only lose bits")
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")
     logits = float32_island(logits, "logits feed a softmax and a cross-entropy, both unsafe in half precision")
@@ -115,7 +116,7 @@ def build_pretrained_tagger(checkpoint, num_tags, model_config, dtype, num_shape
     shapes = keras.layers.Embedding(num_shapes, FEATURE_DIM, dtype=dtype, name="shape_embedding")(inputs["shape_ids"])
     chars = CharWordEncoder(num_chars, FEATURE_DIM, dtype=dtype, name="char_encoder")(inputs["char_ids"])
     features = keras.layers.Concatenate(dtype=dtype, name="word_features")([states, shapes, chars])
-    features = keras.layers.Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(features)
+    features = Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(features)
     logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
     logits = float32_island(
         logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision"

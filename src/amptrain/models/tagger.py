@@ -14,6 +14,7 @@ by `models/chars.py` and added to the piece embeddings too.
 import keras
 
 from amptrain.models.chars import CharWordEncoder
+from amptrain.models.dropout import Dropout
 from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
 
@@ -43,7 +44,7 @@ def build_tagger(vocabulary_size, max_length, num_tags, model_config, dtype, num
         extra_ids=extra,
         extra_embeddings=embeddings,
     )
-    states = keras.layers.Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(states)
+    states = Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(states)
     logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
     logits = float32_island(
         logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision"

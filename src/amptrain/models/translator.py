@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from amptrain.models.blocks import DecoderBlock, EncoderBlock
+from amptrain.models.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -119,7 +120,7 @@ class Translator(keras.Model):
         )
         self.source_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="source_positions")
         self.target_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="target_positions")
-        self.embedding_dropout = keras.layers.Dropout(c.dropout, dtype=dtype)
+        self.embedding_dropout = Dropout(c.dropout, dtype=dtype)
         self._add_blocks(c, dtype)
         self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
         self.output_projection = OutputProjection(
