@@ -3,6 +3,7 @@ backward pass but its matrix products, which stay TensorFlow's kernels; it train
 the executor does without XLA."""
 
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
 from amptrain.engine import xla_modes
 from amptrain.engine.profiling import host_events
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def op_types(logdir):
@@ -92,6 +95,26 @@ def test_fusible_clusters_all_but_the_matrix_products(tiny, tmp_path):
     assert sum(n for op, n in ran.items() if "MatMul" in op) > 0
     assert int(totals["applied_steps"]) == 2 and np.isfinite(totals["loss_total"])
     assert not np.array_equal(trainer.model.trainable_variables[0].numpy(), before)
+
+
+@pytest.mark.slow  # the spam data's vocabulary and a compile: about 30 s
+def test_fusible_trains_on_batches_of_one_static_shape(monkeypatch):
+    """`amptrain bench --data synthetic` repeats one batch (of the spam config here): every
+    shape is static. A dropout written `tf.where(keep, x * scale, zeros_like(x))` then made
+    the clustering build a cycle ("N nodes in a cycle" at the first call); `x * scale *
+    cast(keep)` does not."""
+    from amptrain.bench.worker import one_batch_repeated
+    from amptrain.distribute import distribute_batches
+
+    monkeypatch.chdir(ROOT)
+    small = ["model.num_layers=1", "model.hidden_dim=16", "model.num_heads=2", "model.intermediate_dim=32"]
+    overrides = ['runtime.jit_compile="fusible"', "runtime.steps_per_execution=2", "model.dropout=0.1", *small]
+    config = config_lib.load_config("configs/classify-spam.toml", ["precision.policy=float32", *overrides])
+    task, _, trainer, _ = build_trainer(config)
+    batches = one_batch_repeated(task.train_dataset(0))
+    iterator = iter(distribute_batches(trainer.strategy, lambda: batches))
+    totals = trainer.train(iterator, 2)
+    assert int(totals["applied_steps"]) == 2 and np.isfinite(totals["loss_total"])
 
 
 @pytest.mark.parametrize("jit", ["true", "false", '"fusible"'])

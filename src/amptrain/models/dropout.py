@@ -57,4 +57,6 @@ class Dropout(keras.layers.Dropout):
             seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
         keep = keep_mask(tf.shape(inputs), self.rate, seed)
         scaled = inputs * tf.cast(1.0 / (1.0 - probability), inputs.dtype)
-        return tf.where(keep, scaled, tf.zeros_like(inputs))
+        # A product, as TensorFlow's stateless_dropout: `tf.where(keep, scaled, zeros)` made
+        # the "fusible" clustering build a cycle on static shapes (tests/engine/test_xla_modes.py).
+        return scaled * tf.cast(keep, inputs.dtype)
