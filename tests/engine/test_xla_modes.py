@@ -3,18 +3,16 @@ backward pass but its matrix products, which stay TensorFlow's kernels; it train
 the executor does without XLA."""
 
 import collections
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import ROOT
 
 from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
 from amptrain.engine import xla_modes
 from amptrain.engine.profiling import host_events
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def op_types(logdir):
