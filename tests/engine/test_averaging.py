@@ -143,6 +143,7 @@ def test_two_mirrored_replicas_update_both_copies():
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
+@pytest.mark.slow  # trains past a few steps: out of the 5-minute quick tier
 def test_fit_scores_dev_and_test_with_the_average_the_best_checkpoint_holds(tiny):
     run_dir = tiny / "run"
     result = amptrain.fit(str(tiny / "tiny.toml"), ["train.eval_every=6", "train.ema_decay=0.9"], run_dir=str(run_dir))

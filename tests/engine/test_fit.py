@@ -64,6 +64,7 @@ def test_run_folder_records_and_predictions_agree(tiny):
     assert list((run_dir / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow  # trains past a few steps: out of the 5-minute quick tier
 def test_a_finished_run_does_nothing_and_a_changed_config_is_refused(tiny):
     fit(tiny, "run")
     before = (tiny / "run" / "metrics.jsonl").read_text()

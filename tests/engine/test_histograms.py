@@ -5,6 +5,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import amptrain
@@ -22,6 +23,7 @@ def histograms(run_dir):
     return found
 
 
+@pytest.mark.slow  # trains past a few steps: out of the 5-minute quick tier
 def test_weight_and_gradient_histograms_every_n_steps(tiny, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tiny / "cache"))
     run_dir = tiny / "run"

@@ -101,6 +101,7 @@ def run(tiny_translation):
     return tiny_translation / "bf16"
 
 
+@pytest.mark.slow  # trains past a few steps: out of the 5-minute quick tier
 def test_the_final_test_record_agrees_with_the_predictions_file(run, tiny_translation):
     records = read_metrics(run / "metrics.jsonl")
     assert records[0]["policy"] == "mixed_bfloat16" and records[0]["jit_compile"] is True
