@@ -1,9 +1,10 @@
 """Fine-tuning all-MiniLM-L6-v2 on the spam data: amptrain (its policies, with and without
-XLA) against Hugging Face `transformers` on PyTorch's CPU build, side by side in one run.
+XLA: POLICY[+xla|+fusible], `runtime.jit_compile` true or "fusible") against Hugging Face
+`transformers` on PyTorch's CPU build, side by side in one run.
 
     make pretrained
     .venv/bin/python benchmarks/finetune_vs_hf.py [--rounds 5] [--steps 4] [--peer-venv /tmp/amptrain-peer]
-        [--amptrain float32,mixed_bfloat16,mixed_bfloat16+xla] [--peer float32,bf16]
+        [--amptrain float32,mixed_bfloat16,mixed_bfloat16+fusible] [--peer float32,bf16]
 
 Both sides train the same checkpoint (pretrained/all-MiniLM-L6-v2) as a 2-class sequence
 classifier, in train mode (its dropout 0.1), AdamW, batch 32 at sequence 128:
@@ -47,7 +48,7 @@ def build_amptrain(names, steps):
         policy, *flags = name.split("+")
         settings = [
             ("precision.policy", policy),
-            ("runtime.jit_compile", "xla" in flags),
+            ("runtime.jit_compile", "fusible" if "fusible" in flags else "xla" in flags),
             ("runtime.steps_per_execution", steps),
             ("train.batch_size", BATCH),
             ("data.max_length", LENGTH),
@@ -89,7 +90,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=4, help="training steps a timed call (default 4)")
     parser.add_argument("--peer-venv", default="/tmp/amptrain-peer")
-    parser.add_argument("--amptrain", default="float32,mixed_bfloat16,mixed_bfloat16+xla")
+    parser.add_argument("--amptrain", default="float32,mixed_bfloat16,mixed_bfloat16+fusible")
     parser.add_argument("--peer", default="float32,bf16")
     parser.add_argument("--serve", choices=("amptrain", "peer"), help=argparse.SUPPRESS)
     parser.add_argument("--dropout", type=float, default=0.1, help=argparse.SUPPRESS)  # the checkpoint's own
