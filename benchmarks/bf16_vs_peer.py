@@ -54,6 +54,12 @@ def serve(build, steps):
         print(json.dumps({"variant": name, "tokens_per_second": tokens / seconds}), flush=True)
 
 
+def variant(name):
+    """(policy, `runtime.jit_compile`) of an amptrain variant named POLICY[+xla|+fusible]."""
+    policy, *flags = name.split("+")
+    return policy, "fusible" if "fusible" in flags else "xla" in flags
+
+
 def build_amptrain(names, dropout, steps, extra=()):
     sys.path.insert(0, os.path.join(ROOT, "src"))
     os.chdir(ROOT)
@@ -74,8 +80,7 @@ def build_amptrain(names, dropout, steps, extra=()):
     ]
     runs = {}
     for name in names:
-        policy, *flags = name.split("+")
-        jit = "fusible" if "fusible" in flags else "xla" in flags
+        policy, jit = variant(name)
         settings = [("precision.policy", policy), ("runtime.jit_compile", jit), *extra]
         config = config_lib.load_config(os.path.join(ROOT, "configs/classify-spam.toml"), seed + settings)
         task, _, trainer, _ = build_trainer(config)

@@ -28,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bf16_vs_peer import Worker, loadavg, peer_python, peer_run, serve  # noqa: E402
+from bf16_vs_peer import Worker, loadavg, peer_python, peer_run, serve, variant  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 CHECKPOINT = os.path.join(ROOT, "pretrained", "all-MiniLM-L6-v2")
@@ -45,10 +45,10 @@ def build_amptrain(names, steps):
 
     runs = {}
     for name in names:
-        policy, *flags = name.split("+")
+        policy, jit = variant(name)
         settings = [
             ("precision.policy", policy),
-            ("runtime.jit_compile", "fusible" if "fusible" in flags else "xla" in flags),
+            ("runtime.jit_compile", jit),
             ("runtime.steps_per_execution", steps),
             ("train.batch_size", BATCH),
             ("data.max_length", LENGTH),
