@@ -134,6 +134,12 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
         ("decode.beam_size=0", r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0"),
         ("train.label_smoothing=1", r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0"),
         ("model.num_decoder_layers=-1", r"model\.num_decoder_layers: expected an integer >= 0"),
+        (
+            "data.keep_tail=30",
+            r"data\.keep_tail: expected an integer from 0 to data\.max_length - 3 \(29\), leaving room for "
+            r"\[CLS\], \[SEP\] and one piece of the text's start, received 30",
+        ),
+        ("data.keep_tail=-1", r"data\.keep_tail: expected an integer from 0 to"),
     ],
 )
 def test_impossible_batching_decoding_and_translation_values_are_refused(tiny, setting, message):
@@ -144,6 +150,11 @@ def test_impossible_batching_decoding_and_translation_values_are_refused(tiny, s
 def test_target_files_are_for_translation_only(tiny):
     with pytest.raises(ConfigError, match=r"data\.train_target: expected nothing \(only task = \"translation\" reads"):
         load(tiny, f"data.train_target={tiny / 'train.csv'}")
+
+
+def test_keeping_a_texts_end_is_for_classification_only(tiny_ner):
+    with pytest.raises(ConfigError, match=r"data\.keep_tail: expected 0 \(only task = \"classification\" keeps"):
+        config_lib.load_config(tiny_ner / "tiny.toml", ["data.keep_tail=4"])
 
 
 def test_two_file_translation_needs_both_sides_of_each_split(tiny):

@@ -103,3 +103,35 @@ def test_detokenizing_in_the_graph_joins_pieces_as_python():
     for row, text in zip(rows, got):
         pieces = translation._until_end(row, vocabulary.index(SEP))
         assert text.decode() == translation.detokenize([vocabulary[i] for i in pieces])
+
+
+def test_a_cut_text_keeps_its_first_pieces_then_its_last():
+    from amptrain.tasks.classification import cut
+
+    ids = np.arange(12)  # 0 as [CLS], 11 as [SEP] when the text ends with one
+    assert cut(ids, 8, ends_with_sep=True, keep_tail=2).tolist() == [0, 1, 2, 3, 4, 9, 10, 11]
+    assert cut(ids, 8, ends_with_sep=True).tolist() == [0, 1, 2, 3, 4, 5, 6, 11]
+    assert cut(ids, 8, ends_with_sep=False, keep_tail=3).tolist() == [0, 1, 2, 3, 4, 9, 10, 11]
+    assert cut(ids, 8, ends_with_sep=False).tolist() == list(range(8))
+    assert cut(ids, 12, ends_with_sep=True, keep_tail=2).tolist() == list(range(12))
+
+
+@pytest.mark.parametrize("keep_tail", [0, 5])
+@pytest.mark.parametrize("fixture", ["tiny", "tiny_pretrained"])
+def test_the_classifiers_graph_tokens_are_the_tasks(fixture, keep_tail, request):
+    """[CLS], the pieces, [SEP] for a pretrained encoder, and the cut (head, or head + tail)
+    of the serving graph, against what the task trains on (most spam texts are cut at 32)."""
+    from amptrain.config import load_config
+    from amptrain.serving.classification import ClassifierModule
+    from amptrain.tasks import prepared_in_scratch
+
+    path = request.getfixturevalue(fixture)
+    path = path / "tiny.toml" if fixture == "tiny" else path
+    task = prepared_in_scratch(load_config(str(path), [f"data.keep_tail={keep_tail}"]), ["train"])
+    split = task.splits["train"]
+    assert split.truncated > 0
+    module = ClassifierModule(task, task.build_model("float32"))
+    graph = module.token_ids(tf.constant([e.text for e in split.examples])).numpy()
+    for row, ids in enumerate(split.encoded["token_ids"]):
+        assert graph[row, : len(ids)].tolist() == ids.tolist(), split.examples[row].text
+        assert not graph[row, len(ids) :].any()

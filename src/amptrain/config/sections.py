@@ -37,6 +37,9 @@ class DataConfig:
     lowercase: bool | None = None  # None: the task's default (classification lowercases, ner and translation keep case)
     shared_vocabulary: bool = True  # translation: one vocabulary for both sides (else one a side)
     max_length: int = 128  # pieces a side (translation: the target's start and end pieces included)
+    # classification: a text longer than max_length keeps its last keep_tail pieces after
+    # its first ones (head + tail); 0: its first pieces only
+    keep_tail: int = 0
     bucketing: bool = True
     num_buckets: int = 6
     # > 0: batches of as many rows as fit this many padded tokens (rows x padded length;

@@ -35,6 +35,19 @@ def validate(config):
     require(d.format in formats, "data.format", f"one of {formats} for task {config.task!r}", d.format)
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
+    require(
+        d.keep_tail == 0 or config.task == "classification",
+        "data.keep_tail",
+        '0 (only task = "classification" keeps the end of a cut text)',
+        d.keep_tail,
+    )
+    require(
+        d.keep_tail == 0 or 0 < d.keep_tail <= d.max_length - 3,
+        "data.keep_tail",
+        f"an integer from 0 to data.max_length - 3 ({d.max_length - 3}), leaving room for [CLS], [SEP] "
+        "and one piece of the text's start",
+        d.keep_tail,
+    )
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
     require(
         d.tokens_per_batch >= 0,

@@ -6,7 +6,8 @@
 
 Tokenizing is the run's: its WordPiece vocabulary and casing (`WordPiece.graph_tokenize`),
 `[CLS]` first (and `[SEP]` last for a pretrained encoder), cut to `data.max_length`
-pieces, padded with id 0, which the model masks (as `ClassificationTask.predict_texts`).
+pieces (keeping the last `data.keep_tail` of a cut text), padded with id 0, which the
+model masks (as `ClassificationTask.predict_texts`).
 Probabilities are in the order of `labels.json`.
 """
 
@@ -27,21 +28,27 @@ class ClassifierModule(ServingModule):
         self._cls_id = task.tokenizer.token_id(CLS)
         self._sep_id = task.sep_id  # a pretrained encoder's [SEP], ending every text; else None
         self._max_length = task.config.data.max_length
+        self._keep_tail = task.config.data.keep_tail
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
         self.serve_ids = tf.function(self._serve_ids, input_signature=[IDS_SPEC])
 
     def token_ids(self, text):
         """(batch, length) int32: [CLS] and the pieces of each text (and [SEP] for a
-        pretrained encoder, kept when the text is cut), cut and padded."""
+        pretrained encoder, kept when the text is cut), cut as `tasks.classification.cut`
+        cuts (the first pieces, then the last `data.keep_tail`), and padded."""
         pieces = tf.cast(self._tokenizer.graph_tokenize(text), tf.int32)
-        cls = tf.fill([tf.shape(text)[0], 1], self._cls_id)
-        if self._sep_id is None:
-            ragged = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces], axis=1)
-            return ragged[:, : self._max_length].to_tensor(PAD_ID)
-        sep = tf.fill([tf.shape(text)[0], 1], self._sep_id)
-        pieces = pieces[:, : self._max_length - 2]
-        ragged = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces, tf.RaggedTensor.from_tensor(sep)], axis=1)
-        return ragged.to_tensor(PAD_ID)
+        room = self._max_length - 1 - int(self._sep_id is not None)  # the pieces [CLS] and [SEP] leave
+        if self._keep_tail:
+            # A row no longer than `room` is whole in the two parts: its rest is at most keep_tail.
+            rest = pieces[:, room - self._keep_tail :]
+            pieces = tf.concat([pieces[:, : room - self._keep_tail], rest[:, -self._keep_tail :]], axis=1)
+        else:
+            pieces = pieces[:, :room]
+        rows = tf.shape(text)[0]
+        parts = [tf.RaggedTensor.from_tensor(tf.fill([rows, 1], self._cls_id)), pieces]
+        if self._sep_id is not None:
+            parts.append(tf.RaggedTensor.from_tensor(tf.fill([rows, 1], self._sep_id)))
+        return tf.concat(parts, axis=1).to_tensor(PAD_ID)
 
     def _serve_ids(self, token_ids):
         logits = self.model({"token_ids": token_ids, "padding_mask": token_ids != PAD_ID}, training=False)

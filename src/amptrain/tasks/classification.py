@@ -28,14 +28,12 @@ from amptrain.tasks.text import TextTask, batch_signature, token_counts
 logger = logging.getLogger("amptrain")
 
 
-def text_split(name, path, examples, label_ids, piece_ids, max_length, sep_id=None):
+def text_split(name, path, examples, label_ids, piece_ids, max_length, sep_id=None, keep_tail=0):
     """A split of texts: `token_ids` ([CLS] and pieces, cut to `max_length`) and `label_ids`.
     With `sep_id` (a pretrained encoder's [SEP], which ends every text of `piece_ids`), a
-    cut text still ends with it."""
-    if sep_id is None:
-        token_ids = [ids[:max_length] for ids in piece_ids]
-    else:
-        token_ids = [ids if len(ids) <= max_length else np.append(ids[: max_length - 1], sep_id) for ids in piece_ids]
+    cut text still ends with it. A cut text keeps its last `keep_tail` pieces after its first
+    ones (`cut`)."""
+    token_ids = [cut(ids, max_length, sep_id is not None, keep_tail) for ids in piece_ids]
     return Split(
         name,
         path,
@@ -44,6 +42,18 @@ def text_split(name, path, examples, label_ids, piece_ids, max_length, sep_id=No
         lengths=np.array([len(ids) for ids in token_ids]),
         truncated=int(sum(len(ids) > max_length for ids in piece_ids)),
     )
+
+
+def cut(ids, max_length, ends_with_sep, keep_tail=0):
+    """`ids` ([CLS], the pieces, and [SEP] when `ends_with_sep`) cut to `max_length`: the
+    first pieces, then the last `keep_tail` pieces and the [SEP]. `ClassifierModule.token_ids`
+    cuts the same way in the serving graph."""
+    if len(ids) <= max_length:
+        return ids
+    end = keep_tail + int(ends_with_sep)
+    if end == 0:
+        return ids[:max_length]
+    return np.concatenate([ids[: max_length - end], ids[len(ids) - end :]])
 
 
 class ClassificationTask(TextTask):
@@ -84,7 +94,8 @@ class ClassificationTask(TextTask):
 
     def _encode(self, name, path, examples, label_ids):
         pieces = self.encode_texts([e.text for e in examples])
-        return text_split(name, path, examples, label_ids, pieces, self.config.data.max_length, self.sep_id)
+        d = self.config.data
+        return text_split(name, path, examples, label_ids, pieces, d.max_length, self.sep_id, d.keep_tail)
 
     @property
     def sep_id(self):
@@ -178,6 +189,7 @@ class ClassificationTask(TextTask):
             self.encode_texts(texts),
             self.config.data.max_length,
             self.sep_id,
+            self.config.data.keep_tail,
         )
         probabilities = self.probabilities(predict, self.own_buckets(split))
         records = []
