@@ -181,16 +181,7 @@ class ClassificationTask(TextTask):
 
     def predict_texts(self, texts, model, predict):
         examples = [readers.Example(text=t, label=self.labels[0], line=i + 1) for i, t in enumerate(texts)]
-        split = text_split(
-            "input",
-            "input",
-            examples,
-            [0] * len(texts),
-            self.encode_texts(texts),
-            self.config.data.max_length,
-            self.sep_id,
-            self.config.data.keep_tail,
-        )
+        split = self._encode("input", "input", examples, [0] * len(texts))
         probabilities = self.probabilities(predict, self.own_buckets(split))
         records = []
         for text, probs in zip(texts, probabilities):
