@@ -231,8 +231,8 @@ def main():
     for (side, name), value in medians.items():
         print(f"  {side:9s} {name:24s} {value:10,.0f}")
     best = {side: max((v, n) for (s, n), v in medians.items() if s == side) for side in ("amptrain", "peer")}
-    f32 = [v for (s, n), v in medians.items() if s == "amptrain" and n.split("+")[0] == "float32"]
-    bf16 = [v for (s, n), v in medians.items() if s == "amptrain" and n.split("+")[0] == "mixed_bfloat16"]
+    f32 = [v for (s, n), v in medians.items() if s == "amptrain" and variant(n)[0] == "float32"]
+    bf16 = [v for (s, n), v in medians.items() if s == "amptrain" and variant(n)[0] == "mixed_bfloat16"]
     if f32 and bf16:
         print(f"amptrain best bf16 / best float32: {max(bf16) / max(f32):.2f}")
     print(
