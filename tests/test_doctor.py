@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from amptrain import cli, doctor
-from amptrain.bench import peaks
+from amptrain.hardware import peaks
 
 
 @pytest.fixture

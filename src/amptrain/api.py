@@ -43,8 +43,7 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
 
 
 def _fit(config, run_dir, write_dir, cluster):
-    from amptrain import distribute
-    from amptrain.engine import xla_modes
+    from amptrain import distribute, xla_modes
     from amptrain.engine.run_log import setup_logging
     from amptrain.precision import check_numerics, probe
     from amptrain.tasks import create_task

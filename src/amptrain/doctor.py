@@ -6,7 +6,7 @@
 The policy is the hardware rule (`precision.probe.rule`, the one a short run uses); a run
 with `precision.policy = "auto"` of `probe.MIN_STEPS` steps or more measures its
 candidates at its start instead (`precision/probe.py`). The matrix-product peaks are
-measured once a machine and cached (`bench/peaks.py`), for the bench and the MFU figures.
+measured once a machine and cached (`hardware/peaks.py`), for the bench and the MFU figures.
 """
 
 import importlib.metadata
@@ -48,7 +48,7 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
         "peaks": {},
     }
     if measure_peaks:
-        from amptrain.bench import peaks
+        from amptrain.hardware import peaks
 
         measured = peaks.measured_peaks(peaks.DTYPES, measure or peaks.timed_matmul_peak, refresh=refresh)
         report["peaks"] = {dtype: dict(value) for dtype, value in measured.items()}
@@ -203,7 +203,7 @@ def format_report(report):
 
 
 def cache_note():
-    from amptrain.bench.peaks import PEAKS_FILE
+    from amptrain.hardware.peaks import PEAKS_FILE
     from amptrain.precision.probe import cache_dir
 
     return f"peaks cached in {os.path.join(cache_dir(), PEAKS_FILE)} (--remeasure to measure again)"

@@ -2,8 +2,8 @@
 
 import keras
 
-from amptrain.bench.flops import matmul_parameters, peak_flops, training_flops_per_token
 from amptrain.config import ModelConfig
+from amptrain.hardware.flops import matmul_parameters, peak_flops, training_flops_per_token
 from amptrain.models.classifier import build_classifier
 
 

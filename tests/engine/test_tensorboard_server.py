@@ -31,7 +31,7 @@ def get(port, path, **query):
 @pytest.mark.slow
 def test_tensorboard_serves_the_runs_scalars(tiny, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tiny / "cache"))  # its quick peak is no other test's
-    from amptrain.bench import peaks
+    from amptrain.hardware import peaks
 
     quick = peaks.timed_matmul_peak
     monkeypatch.setattr(peaks, "timed_matmul_peak", lambda dtype: quick(dtype, seconds=0.02, max_size=256))

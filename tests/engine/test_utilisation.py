@@ -8,9 +8,9 @@ import time
 import pytest
 
 import amptrain
-from amptrain.bench import peaks
 from amptrain.engine.run_log import Window, read_metrics
 from amptrain.engine.utilisation import Utilisation, resident_memory
+from amptrain.hardware import peaks
 
 
 def test_mfu_by_hand(monkeypatch):

@@ -1,4 +1,4 @@
-"""`runtime.jit_compile = "fusible"` (engine/xla_modes.py): XLA compiles the forward and
+"""`runtime.jit_compile = "fusible"` (xla_modes.py): XLA compiles the forward and
 backward pass but its matrix products, which stay TensorFlow's kernels; it trains as
 the executor does without XLA."""
 
@@ -10,8 +10,8 @@ import tensorflow as tf
 from conftest import ROOT
 
 from amptrain import config as config_lib
+from amptrain import xla_modes
 from amptrain.bench.worker import build_trainer
-from amptrain.engine import xla_modes
 from amptrain.engine.profiling import host_events
 
 

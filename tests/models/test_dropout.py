@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from amptrain.engine import xla_modes
+from amptrain import xla_modes
 from amptrain.models.dropout import Dropout, drop_threshold, keep_mask
 from amptrain.models.islands import float32_island
 

@@ -8,7 +8,7 @@ import json
 import os
 import platform
 
-from amptrain.engine import xla_modes
+from amptrain import xla_modes
 
 COLUMNS = (
     ("precision", "precision", "{}"),

@@ -5,7 +5,7 @@ same run.
     results = run_bench("configs/classify-spam.toml", [], Grid(precisions=("float32", "mixed_bfloat16")),
                         steps=30, repeats=3, data="real", out_dir="runs/classify-spam/bench")
 
-MFU = training FLOPs per token (`bench/flops.py`) × real tokens/s / the peak of the
+MFU = training FLOPs per token (`hardware/flops.py`) × real tokens/s / the peak of the
 precision in use: the data-sheet peak of a known GPU or TPU, else (a CPU) the FLOP/s of a
 2048×2048 matrix product in the precision's compute dtype, measured in this run.
 """
@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from amptrain.engine import xla_modes
+from amptrain import xla_modes
 from amptrain.errors import UserError
 
 logger = logging.getLogger("amptrain")
@@ -51,7 +51,7 @@ def run_worker(spec, timeout=3600):
 
 def hardware_peaks(precisions):
     """{precision: (peak FLOP/s, source)} for the first accelerator, or measured on the CPU."""
-    from amptrain.bench.flops import peak_flops
+    from amptrain.hardware.flops import peak_flops
     from amptrain.precision.policy import describe_devices
 
     devices = describe_devices()

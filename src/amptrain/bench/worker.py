@@ -53,8 +53,8 @@ def measure_combination(spec):
     import tensorflow as tf
 
     from amptrain import distribute
-    from amptrain.bench.flops import training_flops_per_token
     from amptrain.distribute import distribute_batches
+    from amptrain.hardware.flops import training_flops_per_token
 
     config = config_lib.load_config(spec["config"], spec["overrides"])
     distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
@@ -175,7 +175,7 @@ def _peak_memory(tf):
 
 
 def measure_peak(spec):
-    from amptrain.bench.flops import measure_matmul_peak
+    from amptrain.hardware.flops import measure_matmul_peak
 
     size = spec.get("size", 2048)
     return {"dtype": spec["dtype"], "size": size, "flops": measure_matmul_peak(spec["dtype"], size)}

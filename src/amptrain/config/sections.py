@@ -101,7 +101,7 @@ class RuntimeConfig:
     tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
     collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
     # true | false | "fusible" | "auto". true: XLA compiles the step; "fusible": only the
-    # elementwise ops between the matrix products (engine/xla_modes.py); "auto": measured
+    # elementwise ops between the matrix products (xla_modes.py); "auto": measured
     # with the precision at the start of the run (precision/probe.py)
     jit_compile: bool | str = "auto"
     steps_per_execution: int = 1

@@ -4,6 +4,7 @@ message naming the key, what was expected and what was received."""
 import math
 import os
 
+from amptrain import xla_modes
 from amptrain.config.sections import (
     CONCRETE_POLICIES,
     LOSS_SCALES,
@@ -14,7 +15,6 @@ from amptrain.config.sections import (
     TASK_FORMATS,
     TASK_NAMES,
 )
-from amptrain.engine import xla_modes
 from amptrain.errors import ConfigError
 
 

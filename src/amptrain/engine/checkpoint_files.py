@@ -19,7 +19,7 @@ import logging
 import os
 import re
 
-from amptrain.engine.run_log import atomic_write
+from amptrain.files import atomic_write
 
 logger = logging.getLogger("amptrain")
 

@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+from amptrain.files import atomic_write
+
 LOGGER_NAME = "amptrain"
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -88,15 +90,6 @@ def read_metrics(path):
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def atomic_write(path, text):
-    """Writes `text` to `path` through a temporary file and a rename: a crash leaves the old
-    file or the new one, never half of one."""
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temporary, path)
 
 
 def run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):

@@ -32,7 +32,7 @@ cluster: forward and backward, reduce, skip decision, optimizer update, loss sca
 counters. Under several replicas only the replica's forward and backward pass is
 jit-compiled: their replicas meet in `merge_call`, which XLA cannot compile. Under
 `jit_compile = "fusible"` nothing is compiled whole: XLA compiles the ops of the forward
-and backward pass between their matrix products (engine/xla_modes.py). A
+and backward pass between their matrix products (xla_modes.py). A
 `tf.cond` around `optimizer.apply` inside a replica context fails (the optimizer calls
 `merge_call`), so the skip decision is taken in the cross-replica context (on one
 device, inside the compiled step).
@@ -40,8 +40,8 @@ device, inside the compiled step).
 
 import tensorflow as tf
 
+from amptrain import xla_modes
 from amptrain.distribute import is_single_device
-from amptrain.engine import xla_modes
 
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
@@ -87,7 +87,7 @@ class Trainer:
         self.consecutive_skips = counter("consecutive_skips")
         # Public for benchmarks/step_profile.py, which times the parts of a step.
         # "fusible": not compiled whole; its ops but the matrix products are built in an
-        # XLA scope (engine/xla_modes.py).
+        # XLA scope (xla_modes.py).
         self.jit_mode = jit_compile
         whole = xla_modes.whole(jit_compile)
         self.forward_backward = tf.function(self._forward_backward_impl, jit_compile=whole, reduce_retracing=True)

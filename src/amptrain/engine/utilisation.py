@@ -3,10 +3,10 @@
     utilisation = Utilisation.for_run(model, policy, strategy)   # the peak: data sheet or measured
     utilisation.figures(window)  # {"memory_bytes", "peak_memory_bytes", "mfu"}
 
-MFU is the bench's (`bench/flops.py`): training FLOPs per real token, at the window's mean
+MFU is the bench's (`hardware/flops.py`): training FLOPs per real token, at the window's mean
 padded length, times real tokens/s, over the peak of the run's precision: the data sheet's
 for a known GPU or TPU (times the replicas), else this CPU's measured matrix-product peak
-in the compute dtype (`bench/peaks.py`: cached per machine, measured at the run's start
+in the compute dtype (`hardware/peaks.py`: cached per machine, measured at the run's start
 when missing, about two seconds). None when the peak is unknown (an accelerator not in the
 table). Logical CPU replicas share one CPU, so the CPU peak is not multiplied; workers on
 several machines would each have their own, so there the figure is understated.
@@ -60,8 +60,8 @@ class Utilisation:
 
     @classmethod
     def for_run(cls, model, policy, strategy, measure=None):
-        from amptrain.bench.flops import training_flops_per_token
-        from amptrain.bench.peaks import run_peak, timed_matmul_peak
+        from amptrain.hardware.flops import training_flops_per_token
+        from amptrain.hardware.peaks import run_peak, timed_matmul_peak
         from amptrain.precision.policy import describe_devices
 
         base, per_length = training_flops_per_token(model, 0), training_flops_per_token(model, 1)

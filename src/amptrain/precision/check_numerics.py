@@ -26,7 +26,7 @@ import traceback
 
 import tensorflow as tf
 
-from amptrain.engine import xla_modes
+from amptrain import xla_modes
 from amptrain.models.layer_tree import children
 
 # The engine's logger ("amptrain"), named here: precision does not import the engine.

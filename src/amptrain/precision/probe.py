@@ -39,7 +39,7 @@ RECORD_FILE = "precision.json"
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     policy: str
-    jit_compile: bool | str  # True, False or "fusible" (engine/xla_modes.py)
+    jit_compile: bool | str  # True, False or "fusible" (xla_modes.py)
 
     def __post_init__(self):
         object.__setattr__(self, "jit_compile", jit_mode(self.jit_compile))
@@ -133,7 +133,7 @@ def candidates(config, hardware):
     found = [Candidate(policy, jit) for policy in policies for jit in jits]
     if r.jit_compile == "auto" and not r.check_numerics and not hardware.accelerators():
         # On a CPU, XLA turns bf16 and fp16 matrix products into float32 ones; "fusible"
-        # keeps them oneDNN's and compiles what lies between (engine/xla_modes.py).
+        # keeps them oneDNN's and compiles what lies between (xla_modes.py).
         # Accelerators' XLA runs half-precision products as they are.
         found += [Candidate(policy, "fusible") for policy in policies if policy != "float32"]
     return found, excluded
@@ -290,7 +290,7 @@ def read_record(path):
 
 
 def write_record(path, record):
-    from amptrain.engine.run_log import atomic_write
+    from amptrain.files import atomic_write
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, json.dumps(record, indent=2) + "\n")

@@ -104,7 +104,7 @@ def run_peak(policy, devices=None, measure=timed_matmul_peak):
     """(peak FLOP/s, source) for training under `policy`: the first accelerator's data
     sheet, else the CPU's measured (cached) peak in the policy's compute dtype; None when
     an accelerator is not in the table."""
-    from amptrain.bench.flops import peak_flops
+    from amptrain.hardware.flops import peak_flops
     from amptrain.precision.policy import COMPUTE_DTYPES, describe_devices
 
     devices = describe_devices() if devices is None else devices
