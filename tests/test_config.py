@@ -131,7 +131,10 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
             r"multiple of 8 \(32\), so the longest batch holds a row, received 16",
         ),
         ("data.tokens_per_batch=-1", r"data\.tokens_per_batch: expected an integer >= 0"),
-        ("decode.beam_size=0", r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0"),
+        (
+            "task=translation decode.beam_size=0",
+            r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0",
+        ),
         ("train.label_smoothing=1", r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0"),
         ("model.num_decoder_layers=-1", r"model\.num_decoder_layers: expected an integer >= 0"),
         (
@@ -144,16 +147,39 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
 )
 def test_impossible_batching_decoding_and_translation_values_are_refused(tiny, setting, message):
     with pytest.raises(ConfigError, match=message):
-        load(tiny, setting)
+        load(tiny, *setting.split())
+
+
+def test_a_section_of_another_task_is_refused(tiny):
+    """[decode] is translation's own section (TranslationTask.config_sections)."""
+    with pytest.raises(ConfigError, match=r"unknown section or key 'decode'; expected one of: task, \[data\]"):
+        load(tiny, "decode.beam_size=8")
+
+
+def test_an_unknown_task_names_the_known_ones(tiny):
+    with pytest.raises(ConfigError, match=r"task: expected one of classification, ner, translation or a task class"):
+        load(tiny, "task=sentiment")
+
+
+def test_a_task_class_by_import_path_that_is_not_a_task_is_refused(tiny):
+    (tiny / "notatask.py").write_text("class Pairs:\n    pass\n")
+    with pytest.raises(ConfigError, match=r"task: 'notatask:Pairs' is .*, not a subclass of amptrain.Task"):
+        load(tiny, "task=notatask:Pairs")
+    with pytest.raises(ConfigError, match=r"task: cannot import module 'nosuchmodule'"):
+        load(tiny, "task=nosuchmodule:Pairs")
 
 
 def test_target_files_are_for_translation_only(tiny):
-    with pytest.raises(ConfigError, match=r"data\.train_target: expected nothing \(only task = \"translation\" reads"):
+    with pytest.raises(
+        ConfigError, match=r"data\.train_target: expected nothing \(task 'classification' reads no target files\)"
+    ):
         load(tiny, f"data.train_target={tiny / 'train.csv'}")
 
 
 def test_keeping_a_texts_end_is_for_classification_only(tiny_ner):
-    with pytest.raises(ConfigError, match=r"data\.keep_tail: expected 0 \(only task = \"classification\" keeps"):
+    with pytest.raises(
+        ConfigError, match=r"data\.keep_tail: expected 0 \(task 'ner' does not keep the end of a cut text\)"
+    ):
         config_lib.load_config(tiny_ner / "tiny.toml", ["data.keep_tail=4"])
 
 
@@ -163,7 +189,10 @@ def test_two_file_translation_needs_both_sides_of_each_split(tiny):
 
 
 def test_decode_settings_do_not_stop_a_resume(tiny):
-    a, b = load(tiny), load(tiny, "decode.beam_size=8", "decode.dev_sentences=50")
+    a, b = (
+        load(tiny, "task=translation"),
+        load(tiny, "task=translation", "decode.beam_size=8", "decode.dev_sentences=50"),
+    )
     assert config_lib.differing_keys(a, b) == []
 
 

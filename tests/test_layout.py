@@ -32,12 +32,22 @@ def test_no_function_is_over_60_lines():
     assert long == []
 
 
-@pytest.mark.parametrize("name", ["classification", "ner", "translation"])
-def test_every_task_implements_the_contract(name):
-    from amptrain.tasks import TASKS
+EXAMPLE_TASKS = [("parallel_sentences:ParallelSentences", SRC.parents[1] / "examples" / "parallel_sentences")]
+
+
+def contract_cases():
+    from amptrain import registry
+
+    return [(name, []) for name in registry.known()] + [(name, [str(folder)]) for name, folder in EXAMPLE_TASKS]
+
+
+@pytest.mark.parametrize(("name", "search"), contract_cases())
+def test_every_task_implements_the_contract(name, search):
+    """Every task of the registry, and the example's task named by import path."""
+    from amptrain import registry
     from amptrain.tasks.base import Task
 
-    task_class = TASKS[name]
+    task_class = registry.task_class(name, search)
     assert issubclass(task_class, Task)
     assert not task_class.__abstractmethods__  # else instantiating it raises TypeError
     assert task_class.primary_metric and task_class.predictions_suffix.startswith(".")

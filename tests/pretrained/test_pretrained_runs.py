@@ -44,7 +44,7 @@ def test_the_checkpoint_sets_the_model_shape_casing_and_vocabulary(tiny_pretrain
         ("model.hidden_dim=64", "model.hidden_dim: 64 conflicts with the checkpoint"),
         ("data.max_length=256", "data.max_length: 256 is beyond the 128 positions of"),
         ("data.lowercase=false", "data.lowercase: False conflicts with the checkpoint"),
-        ("task=translation", 'model.pretrained: expected nothing for task "translation"'),
+        ("task=translation", "model.pretrained: expected nothing for task 'translation'"),
     ],
 )
 def test_settings_that_conflict_with_the_checkpoint_are_refused(tiny_pretrained, override, message):

@@ -28,17 +28,14 @@ from amptrain.config.sections import (
     RUN_LENGTH_KEYS,
     SECTIONS,
     STRATEGIES,
-    TASK_FORMATS,
-    TASK_NAMES,
     Config,
     DataConfig,
-    DecodeConfig,
     ModelConfig,
     PrecisionConfig,
     RuntimeConfig,
     TrainConfig,
 )
-from amptrain.config.validation import round_up8, validate
+from amptrain.config.validation import require, round_up8, validate
 from amptrain.errors import ConfigError
 
 __all__ = [
@@ -50,12 +47,9 @@ __all__ = [
     "RUN_LENGTH_KEYS",
     "SECTIONS",
     "STRATEGIES",
-    "TASK_FORMATS",
-    "TASK_NAMES",
     "Config",
     "ConfigError",
     "DataConfig",
-    "DecodeConfig",
     "ModelConfig",
     "PrecisionConfig",
     "RuntimeConfig",
@@ -64,6 +58,7 @@ __all__ = [
     "differing_keys",
     "load_config",
     "parse_override",
+    "require",
     "round_up8",
     "save_config",
     "to_dict",

@@ -10,6 +10,7 @@ import typing
 
 import tomli_w
 
+from amptrain import registry
 from amptrain.config import pretrained
 from amptrain.config.sections import OBSERVING_KEYS, PATH_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config
 from amptrain.config.validation import validate
@@ -34,10 +35,11 @@ def load_config(path, overrides=(), base_dir=None):
         raise ConfigError(f"{path}: not a TOML text file ({error.reason} at byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    return config_from_dict(raw, overrides, base_dir=base_dir, source=str(path))
+    # A task class named by import path may sit next to its config.
+    return config_from_dict(raw, overrides, base_dir=base_dir, source=str(path), search=[os.path.dirname(str(path))])
 
 
-def config_from_dict(raw, overrides=(), base_dir=None, source="config"):
+def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=()):
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     if isinstance(overrides, dict):
         overrides = [(k, v) for k, v in overrides.items()]
@@ -53,10 +55,26 @@ def config_from_dict(raw, overrides=(), base_dir=None, source="config"):
         if not isinstance(raw[section], dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
         raw[section][name] = value
-    config = _build(raw, source)
+    task_class = _task_class(raw, source, [*search, base_dir or os.getcwd()])
+    config = _build(raw, source, task_class)
     config = _resolve_paths(config, base_dir or os.getcwd())
-    validate(config)
+    validate(config, task_class)
     return pretrained.resolve(config, given=raw.get("model", {}))
+
+
+def task_class_of(config):
+    """The Task subclass `config.task` names (already imported when the config was loaded)."""
+    return registry.task_class(config.task, [config.task_path] if config.task_path else [])
+
+
+def _task_class(raw, source, search):
+    task = raw.get("task", Config.task)
+    if not isinstance(task, str):
+        raise ConfigError(f"{source}: task: expected a string, received {task!r}")
+    task_path = raw.get("task_path", "")
+    if not isinstance(task_path, str):
+        raise ConfigError(f"{source}: task_path: expected a folder's path, received {task_path!r}")
+    return registry.task_class(task, [task_path, *search] if task_path else search)
 
 
 def parse_override(text):
@@ -72,21 +90,23 @@ def parse_override(text):
     return key.strip(), parsed
 
 
-def _build(raw, source):
+def _build(raw, source, task_class):
     task = raw.pop("task", Config.task)
-    if not isinstance(task, str):
-        raise ConfigError(f"{source}: task: expected a string, received {task!r}")
+    raw.pop("task_path", None)
+    own = task_class.config_sections  # the task's own sections, e.g. translation's [decode]
+    known = {**SECTIONS, **own}
     sections = {}
     for name, value in raw.items():
-        if name not in SECTIONS:
+        if name not in known:
             raise ConfigError(
                 f"{source}: unknown section or key {name!r}; expected one of: task, "
-                + ", ".join(f"[{s}]" for s in SECTIONS)
+                + ", ".join(f"[{s}]" for s in known)
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: [{name}] must be a table, received {value!r}")
-        sections[name] = _build_section(name, SECTIONS[name], value, source)
-    return Config(task=task, **sections)
+        sections[name] = _build_section(name, known[name], value, source)
+    task_sections = {name: sections.pop(name, None) or cls() for name, cls in own.items()}
+    return Config(task=task, task_path=registry.module_folder(task), task_sections=task_sections, **sections)
 
 
 def _build_section(section, cls, values, source):
@@ -131,7 +151,9 @@ def _resolve_paths(config, base_dir):
 def to_dict(config):
     """The config as plain dicts, None values left out (TOML has no null)."""
     result = {"task": config.task}
-    for name in SECTIONS:
+    if config.task_path:
+        result["task_path"] = config.task_path
+    for name in [*SECTIONS, *config.task_sections]:
         section = dataclasses.asdict(getattr(config, name))
         result[name] = {k: v for k, v in section.items() if v is not None}
     return result
@@ -146,8 +168,9 @@ def differing_keys(a, b, ignore=RUN_LENGTH_KEYS + PLACEMENT_KEYS + OBSERVING_KEY
     """The `section.key` names whose values differ between two configs."""
     flat_a, flat_b = _flatten(to_dict(a)), _flatten(to_dict(b))
     keys = sorted(set(flat_a) | set(flat_b))
-    # How a run decodes does not change what it trains.
-    return [k for k in keys if k not in ignore and not k.startswith("decode.") and flat_a.get(k) != flat_b.get(k)]
+    # A task's sections that do not change what it trains (how translation decodes, say).
+    free = tuple(f"{name}." for name in task_class_of(a).untrained_sections)
+    return [k for k in keys if k not in ignore and not k.startswith(free) and flat_a.get(k) != flat_b.get(k)]
 
 
 def _flatten(tree):

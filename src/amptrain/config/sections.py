@@ -7,15 +7,6 @@ from dataclasses import dataclass, field
 CONCRETE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 POLICIES = (*CONCRETE_POLICIES, "auto")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-TASK_NAMES = ("classification", "ner", "translation")
-# The file formats each task reads ("auto": from the file's extension).
-TASK_FORMATS = {
-    "classification": ("auto", "csv", "tsv", "jsonl"),
-    "ner": ("auto", "conll"),
-    # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
-    # (target), aligned line by line; auto: parallel when data.train_target is set
-    "translation": ("auto", "tsv", "parallel"),
-}
 LOSS_SCALES = ("auto", "dynamic", "none")
 ON_NONFINITE = ("stop", "skip", "restore")
 
@@ -60,17 +51,6 @@ class ModelConfig:
     # model.safetensors, vocab.txt) or keras-hub preset layout; the shape keys above then
     # come from it (config/pretrained.py), its vocabulary and casing too
     pretrained: str = ""
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    """Translation: how the model writes its output."""
-
-    beam_size: int = 4  # the test split and `predict`; dev evaluation during training is greedy
-    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + length) / 6) ** alpha
-    max_length: int = 0  # output pieces at most; 0 means data.max_length
-    dev_sentences: int = 200  # dev pairs decoded (greedy) at each evaluation; 0: all
-    batch_size: int = 64  # sentences decoded at once
 
 
 @dataclass(frozen=True)
@@ -152,16 +132,29 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Config:
+    """A run's whole configuration. `task` is a registry name or a task class by import path
+    (amptrain/registry.py); `task_path` the folder of a user's task module (empty for
+    amptrain's own); `task_sections` the task's own sections (its `config_sections`, e.g.
+    translation's `[decode]`), which read as attributes: `config.decode`."""
+
     task: str = "classification"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    task_path: str = ""
+    task_sections: dict = field(default_factory=dict)
+
+    def __getattr__(self, name):
+        sections = self.__dict__.get("task_sections", {})  # not yet set while unpickling
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"the config has no section {name!r} (task {self.__dict__.get('task')!r})")
 
 
-SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "task"}
+# The sections every task has (a task adds its own: Task.config_sections).
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name not in ("task", "task_path", "task_sections")}
 # Keys that only say how long to train: a rerun may change them and still resume.
 RUN_LENGTH_KEYS = ("train.steps", "train.epochs", "train.patience")
 # Keys that only say where a run trains: the update does not depend on the replica count,

@@ -12,42 +12,26 @@ from amptrain.config.sections import (
     PATH_KEYS,
     POLICIES,
     STRATEGIES,
-    TASK_FORMATS,
-    TASK_NAMES,
 )
 from amptrain.errors import ConfigError
 
 
-def validate(config):
-    """Refuses impossible values, naming the key, what is expected and what was received."""
+def require(ok, key, expected, value):
+    """Refuses `value` of `key` unless `ok`, saying what was expected (a task's own checks use it too)."""
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, received {value!r}")
 
-    def require(ok, key, expected, value):
-        if not ok:
-            raise ConfigError(f"{key}: expected {expected}, received {value!r}")
 
+def validate(config, task_class):
+    """Refuses impossible values, naming the key, what is expected and what was received:
+    the keys every task has here, then the task's own (`task_class.check_config`)."""
     d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
-    require(config.task in TASK_NAMES, "task", f"one of {TASK_NAMES}", config.task)
     require(bool(d.train), "data.train", "the path of a training file", d.train)
     for key in PATH_KEYS:
         path = getattr(d, key.split(".")[1])
         require(not path or os.path.isfile(path), key, "an existing file", path)
-    formats = TASK_FORMATS[config.task]
-    require(d.format in formats, "data.format", f"one of {formats} for task {config.task!r}", d.format)
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
-    require(
-        d.keep_tail == 0 or config.task == "classification",
-        "data.keep_tail",
-        '0 (only task = "classification" keeps the end of a cut text)',
-        d.keep_tail,
-    )
-    require(
-        d.keep_tail == 0 or 0 < d.keep_tail <= d.max_length - 3,
-        "data.keep_tail",
-        f"an integer from 0 to data.max_length - 3 ({d.max_length - 3}), leaving room for [CLS], [SEP] "
-        "and one piece of the text's start",
-        d.keep_tail,
-    )
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)
     require(
         d.tokens_per_batch >= 0,
@@ -62,20 +46,6 @@ def validate(config):
         "so the longest batch holds a row",
         d.tokens_per_batch,
     )
-    for split in ("train", "dev", "test"):
-        target = getattr(d, f"{split}_target")
-        if config.task != "translation":
-            require(
-                not target, f"data.{split}_target", 'nothing (only task = "translation" reads target files)', target
-            )
-        elif d.format == "parallel" or target:
-            source = getattr(d, split)
-            require(
-                bool(target) == bool(source),
-                f"data.{split}_target",
-                f"the target side of data.{split} ({source or 'not set'})",
-                target,
-            )
     for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim"):
         value = getattr(m, key)
         require(value >= 1, f"model.{key}", "a positive integer", value)
@@ -92,12 +62,6 @@ def validate(config):
         "an integer >= 0 (0: model.num_layers)",
         m.num_decoder_layers,
     )
-    c = config.decode
-    require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
-    require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
-    require(c.max_length >= 0, "decode.max_length", "an integer >= 0 (0: data.max_length)", c.max_length)
-    require(c.dev_sentences >= 0, "decode.dev_sentences", "an integer >= 0 (0: all)", c.dev_sentences)
-    require(c.batch_size >= 1, "decode.batch_size", "an integer >= 1", c.batch_size)
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
     require(
         bool(p.allow) and all(a in CONCRETE_POLICIES for a in p.allow) and len(set(p.allow)) == len(p.allow),
@@ -117,7 +81,7 @@ def validate(config):
         'true, false, "fusible" or "auto"',
         r.jit_compile,
     )
-    _validate_loss_scale(p, require)
+    _validate_loss_scale(p)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
     require(
         r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas
@@ -175,20 +139,14 @@ def validate(config):
             t.head_learning_rate,
         )
         require(t.layer_decay == 1, "train.layer_decay", "1 (layer-wise decay needs model.pretrained)", t.layer_decay)
-    else:
-        require(
-            config.task in ("classification", "ner"),
-            "model.pretrained",
-            'nothing for task "translation" (pretrained encoders serve classification and ner)',
-            m.pretrained,
-        )
+    task_class.check_config(config)
 
 
 def round_up8(value):
     return -(-int(value) // 8) * 8
 
 
-def _validate_loss_scale(p, require):
+def _validate_loss_scale(p):
     """The scaler's settings; NaN fails every comparison, so it is refused too."""
 
     def finite_positive(value):

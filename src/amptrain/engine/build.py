@@ -16,7 +16,6 @@ import dataclasses
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.optimizer import build_optimizer
 from amptrain.engine.trainer import Trainer
-from amptrain.models.pretrained import decays, learning_rate_scales
 from amptrain.precision.loss_scale import build_scaler
 
 
@@ -48,13 +47,15 @@ class TrainingParts:
         return state
 
 
-def build_training(model, loss_fn, config, strategy, policy, total_steps, fuse_step=True):
+def build_training(model, loss_fn, config, strategy, policy, total_steps, fuse_step=True, learning_rates=None):
     """The optimizer, loss scaler, weight average and `Trainer` of `config` for `model`,
     built under `strategy`'s scope. `fuse_step=False` keeps the optimizer update out of XLA
-    even on one device (the engine's path under several replicas; benchmarks compare them)."""
+    even on one device (the engine's path under several replicas; benchmarks compare them).
+    `learning_rates`: model -> (scales by variable, weight-decay predicate), the task's
+    `learning_rate_scales` (a pretrained encoder's layer-wise rates); None: one rate."""
     t = config.train
     with strategy.scope():
-        scales = learning_rate_scales(model, t)  # None unless the model has a pretrained encoder
+        scales, decays = learning_rates(model) if learning_rates is not None else (None, None)
         optimizer, lr_factor = build_optimizer(t, total_steps, scales, decays)
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)

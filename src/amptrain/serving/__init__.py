@@ -45,11 +45,11 @@ def export_run(
         from amptrain.serving.onnx import require_onnx
 
         require_onnx()  # before TensorFlow loads: a missing extra is one line at once
-        if config.task == "translation":
-            raise UserError(
-                f"{run_dir}: a translation run exports as a SavedModel only (its beam search does not convert "
-                "to ONNX); leave out --format onnx"
-            )
+        from amptrain.serving.served import serving_class
+
+        module_class = serving_class(config.task, config.task_path)
+        if not module_class.converts_to_onnx:
+            raise UserError(f"{run_dir}: {module_class.onnx_refusal}; leave out --format onnx")
     target = os.path.join(out or default_out(run_dir, fmt), str(version))
     _claim(target, overwrite)
     from amptrain.serving.loading import load_for_export
@@ -107,18 +107,10 @@ def _claim(target, overwrite):
 
 
 def serving_module(task, model):
-    """The task's serving module over `model`."""
-    if task.config.task == "classification":
-        from amptrain.serving.classification import ClassifierModule
+    """The task's serving module (`Task.serving_module`) over `model`."""
+    from amptrain.serving.served import serving_class
 
-        return ClassifierModule(task, model)
-    if task.config.task == "ner":
-        from amptrain.serving.ner import TaggerModule
-
-        return TaggerModule(task, model)
-    from amptrain.serving.translation import TranslatorModule
-
-    return TranslatorModule(task, model)
+    return serving_class(task.config.task, task.config.task_path)(task, model)
 
 
 def save_saved_model(module, path):
@@ -132,6 +124,7 @@ def _metadata(task, run_dir, checkpoint, fmt, precision, module):
     return {
         "format": fmt,
         "task": task.config.task,
+        "task_path": task.config.task_path,  # where a user's task module lives ("" for amptrain's)
         "run_dir": os.path.abspath(run_dir),
         "checkpoint": os.path.basename(checkpoint),
         "precision": precision,

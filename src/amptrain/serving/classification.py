@@ -59,3 +59,16 @@ class ClassifierModule(ServingModule):
         probabilities = self._serve_ids(self.token_ids(text))["probabilities"]
         label = tf.gather(self.labels, tf.argmax(probabilities, axis=-1, output_type=tf.int32))
         return {"label": label, "probabilities": probabilities}
+
+    @staticmethod
+    def records(texts, outputs, metadata):
+        """One JSON-ready record a text from the `serving_default` outputs (as `amptrain predict` makes them)."""
+        labels = metadata["labels"]
+        return [
+            {
+                "text": text,
+                "label": label.decode(),
+                "probabilities": {name: round(float(p), 6) for name, p in zip(labels, probabilities)},
+            }
+            for text, label, probabilities in zip(texts, outputs["label"], outputs["probabilities"])
+        ]

@@ -15,6 +15,13 @@ SERVING_IDS = "serve_token_ids"
 
 
 class ServingModule(tf.Module):
+    """A task's serving graph. A subclass defines `serve` and `serve_ids` (`tf.function`s with
+    input signatures) and `records(texts, outputs, metadata)`, which turns `serve`'s outputs
+    into `amptrain predict`'s records."""
+
+    converts_to_onnx = True  # its token-ids graph converts (`amptrain export --format onnx`)
+    onnx_refusal = ""  # why not, when it does not
+
     def __init__(self, model):
         super().__init__()
         self.model = model  # not tracked (below): only its variables go into the SavedModel
@@ -32,6 +39,11 @@ class ServingModule(tf.Module):
             SERVING_DEFAULT: self.serve.get_concrete_function(),
             SERVING_IDS: self.serve_ids.get_concrete_function(),
         }
+
+    @staticmethod
+    def records(texts, outputs, metadata):
+        """One JSON-ready record a text from the `serving_default` outputs."""
+        raise NotImplementedError
 
     def describe(self):
         """What the export's metadata file says of the signatures beyond their specs."""

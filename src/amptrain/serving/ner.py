@@ -240,6 +240,30 @@ class TaggerModule(ServingModule):
             "num_entities": tf.cast(entity_starts.row_lengths(), tf.int32),
         }
 
+    @staticmethod
+    def records(texts, outputs, metadata):
+        """One JSON-ready record a text from the `serving_default` outputs (as `amptrain predict` makes them)."""
+        records = []
+        for i, text in enumerate(texts):
+            words, entities = outputs["num_words"][i], outputs["num_entities"][i]
+            records.append(
+                {
+                    "text": text,
+                    "tokens": [w.decode() for w in outputs["words"][i][:words]],
+                    "tags": [t.decode() for t in outputs["tags"][i][:words]],
+                    "entities": [
+                        {
+                            "type": outputs["entity_types"][i][j].decode(),
+                            "text": outputs["entity_texts"][i][j].decode(),
+                            "start": int(outputs["entity_starts"][i][j]),
+                            "end": int(outputs["entity_ends"][i][j]),
+                        }
+                        for j in range(entities)
+                    ],
+                }
+            )
+        return records
+
 
 def split_words(text):
     """`ner.WORD`'s matches in each text: (words, character starts, character ends), each

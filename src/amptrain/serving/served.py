@@ -60,46 +60,18 @@ def predict_export(path, texts, skip_blank=False):
     outputs = {k: v.numpy() for k, v in serve(text=tf.constant(texts, tf.string)).items()} if texts else None
     if outputs is None:
         return []
-    return RECORDS[metadata["task"]](texts, outputs, metadata)
+    return serving_class(metadata["task"], metadata.get("task_path", "")).records(texts, outputs, metadata)
 
 
-def _classification(texts, outputs, metadata):
-    labels = metadata["labels"]
-    return [
-        {
-            "text": text,
-            "label": label.decode(),
-            "probabilities": {name: round(float(p), 6) for name, p in zip(labels, probabilities)},
-        }
-        for text, label, probabilities in zip(texts, outputs["label"], outputs["probabilities"])
-    ]
+def serving_class(task, task_path=""):
+    """The serving module class of `task` (a registry name or a task class by import path):
+    the task names it (`Task.serving_module`). A task without one cannot be exported."""
+    from amptrain import registry
 
-
-def _ner(texts, outputs, metadata):
-    records = []
-    for i, text in enumerate(texts):
-        words, entities = outputs["num_words"][i], outputs["num_entities"][i]
-        records.append(
-            {
-                "text": text,
-                "tokens": [w.decode() for w in outputs["words"][i][:words]],
-                "tags": [t.decode() for t in outputs["tags"][i][:words]],
-                "entities": [
-                    {
-                        "type": outputs["entity_types"][i][j].decode(),
-                        "text": outputs["entity_texts"][i][j].decode(),
-                        "start": int(outputs["entity_starts"][i][j]),
-                        "end": int(outputs["entity_ends"][i][j]),
-                    }
-                    for j in range(entities)
-                ],
-            }
+    search = [task_path] if task_path else []
+    path = registry.task_class(task, search).serving_module
+    if path is None:
+        raise UserError(
+            f"task {task!r} has no serving module (its Task.serving_module is None), so it cannot be exported"
         )
-    return records
-
-
-def _translation(texts, outputs, metadata):
-    return [{"text": text, "translation": t.decode()} for text, t in zip(texts, outputs["translation"])]
-
-
-RECORDS = {"classification": _classification, "ner": _ner, "translation": _translation}
+    return registry.import_object(path, search, what="serving module")

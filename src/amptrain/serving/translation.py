@@ -27,6 +27,9 @@ PAD_MULTIPLE = 16  # `TranslationTask.translate_ids` pads sources to multiples o
 
 
 class TranslatorModule(ServingModule):
+    converts_to_onnx = False
+    onnx_refusal = "a translation run exports as a SavedModel only (its beam search does not convert to ONNX)"
+
     def __init__(self, task, model):
         super().__init__(model)
         self._tokenizer = task.source_tokenizer
@@ -72,6 +75,11 @@ class TranslatorModule(ServingModule):
         target_ids = self._serve_ids(self.source_ids(text))["target_ids"]
         blank = tf.strings.regex_full_match(text, self._blank)
         return {"translation": tf.where(blank, "", self.detokenize(target_ids))}
+
+    @staticmethod
+    def records(texts, outputs, metadata):
+        """One JSON-ready record a text from the `serving_default` outputs (as `amptrain predict` makes them)."""
+        return [{"text": text, "translation": t.decode()} for text, t in zip(texts, outputs["translation"])]
 
 
 def join_tables(vocabulary):

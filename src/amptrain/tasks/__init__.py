@@ -1,5 +1,5 @@
 """Tasks: each builds data, model, loss, metrics and prediction from the config (the
-contract: `tasks/base.py`).
+contract: `tasks/base.py`; the names: `amptrain/registry.py`).
 
     task = create_task(config, run_dir)        # the config's task, learning into run_dir
     task = prepared_in_scratch(config)         # its training split prepared; nothing kept on disk
@@ -7,16 +7,13 @@ contract: `tasks/base.py`).
 
 import tempfile
 
-from amptrain.tasks.classification import ClassificationTask
-from amptrain.tasks.ner import NerTask
-from amptrain.tasks.translation import TranslationTask
-
-TASKS = {"classification": ClassificationTask, "ner": NerTask, "translation": TranslationTask}
+from amptrain.config.files import task_class_of
 
 
 def create_task(config, run_dir):
-    """The task `config.task` names, saving what it learns into `run_dir`."""
-    return TASKS[config.task](config, run_dir)
+    """The task `config.task` names (a registry name or a class by import path), built with
+    its final config and saving what it learns into `run_dir`."""
+    return task_class_of(config)(config, run_dir)
 
 
 def prepared_in_scratch(config, split_names=("train",)):

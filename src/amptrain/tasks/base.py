@@ -49,13 +49,45 @@ class Split:
 
 
 class Task(abc.ABC):
-    """A task: its data, model, loss, scores and predictions. Subclasses set the three
-    class attributes and implement the abstract methods (`text.TextTask` implements the
-    batching that every text task shares)."""
+    """A task: its data, model, loss, scores and predictions, and every extension point that
+    is its own (its file formats, config section and checks, serving module, its variables'
+    learning-rate scales). Subclasses set the class
+    attributes and implement the abstract methods (`text.TextTask` implements the batching
+    that every text task shares). A config names a task by its registry name
+    (amptrain/registry.py) or by import path: `task = "mytasks:SentencePairs"`."""
 
     primary_metric = None  # the `evaluate` key that picks the best checkpoint (higher is better)
     predictions_suffix = ".jsonl"  # of `predictions-test`, which the final evaluation writes
     keeps_blank_lines = False  # `predict --input`: blank lines are skipped (translation keeps them)
+    formats = ("auto",)  # the `data.format` values it reads ("auto": from the file's extension)
+    config_sections = {}  # its own config sections: {name: frozen dataclass}, read as config.NAME
+    untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
+    accepts_pretrained = False  # may `model.pretrained` name an encoder for it
+    # The import path of its serving module (a `serving.modules.ServingModule` subclass taking
+    # (task, model)), which `amptrain export` builds; None: the task does not export. A path,
+    # not a class: serving sits above the tasks (docs/architecture.md, "Layers").
+    serving_module = None
+
+    @classmethod
+    def check_config(cls, config):
+        """Refuses what this task cannot do with the config (`config.require`: the key, what was
+        expected, what was received); called when a config naming the task is loaded."""
+        from amptrain.config import require
+
+        d = config.data
+        name = config.task
+        require(d.format in cls.formats, "data.format", f"one of {cls.formats} for task {name!r}", d.format)
+        kept = "0 (task {name!r} does not keep the end of a cut text)"
+        require(d.keep_tail == 0, "data.keep_tail", kept.format(name=name), d.keep_tail)
+        for split in ("train", "dev", "test"):
+            target = getattr(d, f"{split}_target")
+            require(not target, f"data.{split}_target", f"nothing (task {name!r} reads no target files)", target)
+        require(
+            not config.model.pretrained or cls.accepts_pretrained,
+            "model.pretrained",
+            f"nothing for task {name!r} (it builds no pretrained encoder)",
+            config.model.pretrained,
+        )
 
     def __init__(self, config, run_dir):
         self.config = config
@@ -113,6 +145,12 @@ class Task(abc.ABC):
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model = self.build_model(policy)
         return model, policy, reason
+
+    def learning_rate_scales(self, model):
+        """{id(variable): factor} of the learning rate by variable (a pretrained encoder's
+        layer-wise decay), or None for one rate everywhere; and the predicate of the variables
+        that get weight decay (None: all). The engine builds the optimizer with them."""
+        return None, None
 
     @abc.abstractmethod
     def loss(self, targets, outputs):

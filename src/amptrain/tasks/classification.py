@@ -10,6 +10,7 @@ Everything the task learns from the training split (the WordPiece vocabulary and
 label set) is saved in the run folder, so `eval` and `predict` rebuild the same model.
 """
 
+import dataclasses
 import json
 import logging
 
@@ -58,6 +59,23 @@ def cut(ids, max_length, ends_with_sep, keep_tail=0):
 
 class ClassificationTask(TextTask):
     primary_metric = "accuracy"
+    formats = ("auto", "csv", "tsv", "jsonl")
+    accepts_pretrained = True
+    serving_module = "amptrain.serving.classification:ClassifierModule"
+
+    @classmethod
+    def check_config(cls, config):
+        from amptrain.config import require
+
+        d = config.data
+        super().check_config(dataclasses.replace(config, data=dataclasses.replace(d, keep_tail=0)))
+        require(
+            d.keep_tail == 0 or 0 < d.keep_tail <= d.max_length - 3,
+            "data.keep_tail",
+            f"an integer from 0 to data.max_length - 3 ({d.max_length - 3}), leaving room for [CLS], [SEP] "
+            "and one piece of the text's start",
+            d.keep_tail,
+        )
 
     # === Data ===
 

@@ -78,6 +78,9 @@ class NerTask(TextTask):
     primary_metric = "entity_f1"
     default_lowercase = False
     predictions_suffix = ".conll"
+    formats = ("auto", "conll")
+    accepts_pretrained = True
+    serving_module = "amptrain.serving.ner:TaggerModule"
 
     # === Data ===
 

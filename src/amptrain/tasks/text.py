@@ -72,6 +72,15 @@ class TextTask(Task):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
 
+    def learning_rate_scales(self, model):
+        """A pretrained encoder's layer-wise rates and its weight-decay rule
+        (`models.pretrained`); one rate everywhere otherwise."""
+        if self.checkpoint is None:
+            return None, None
+        from amptrain.models.pretrained import decays, learning_rate_scales
+
+        return learning_rate_scales(model, self.config.train), decays
+
     # === What the task learns, in the run folder ===
 
     def _saved(self, name):

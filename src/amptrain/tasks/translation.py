@@ -29,7 +29,9 @@ distribution strategy the search runs outside the replicas, on the model's first
 the weights; every worker of a multi-worker run decodes the same sentences.
 """
 
+import dataclasses
 import logging
+import math
 
 import numpy as np
 
@@ -63,11 +65,51 @@ def pair_split(name, path, pairs, source_ids, target_ids, max_length, start_id, 
     return Split(name, path, pairs, {"source_ids": sources, "target_ids": targets}, lengths, truncated)
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """`[decode]`: how the model writes its output."""
+
+    beam_size: int = 4  # the test split and `predict`; dev evaluation during training is greedy
+    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + length) / 6) ** alpha
+    max_length: int = 0  # output pieces at most; 0 means data.max_length
+    dev_sentences: int = 200  # dev pairs decoded (greedy) at each evaluation; 0: all
+    batch_size: int = 64  # sentences decoded at once
+
+
 class TranslationTask(TextTask):
     primary_metric = "bleu"
     default_lowercase = False  # BLEU is case-sensitive
     predictions_suffix = ".tsv"
     keeps_blank_lines = True  # `predict --input`: a blank line translates to a blank line
+    # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
+    # (target), aligned line by line; auto: parallel when data.train_target is set
+    formats = ("auto", "tsv", "parallel")
+    config_sections = {"decode": DecodeConfig}
+    untrained_sections = ("decode",)  # how a run decodes does not change what it trains
+    serving_module = "amptrain.serving.translation:TranslatorModule"
+
+    @classmethod
+    def check_config(cls, config):
+        from amptrain.config import require
+
+        d = config.data
+        targets = {f"{s}_target": "" for s in ("train", "dev", "test")}
+        super().check_config(dataclasses.replace(config, data=dataclasses.replace(d, **targets)))
+        for split in ("train", "dev", "test"):
+            target, source = getattr(d, f"{split}_target"), getattr(d, split)
+            if d.format == "parallel" or target:
+                require(
+                    bool(target) == bool(source),
+                    f"data.{split}_target",
+                    f"the target side of data.{split} ({source or 'not set'})",
+                    target,
+                )
+        c = config.decode
+        require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
+        require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
+        require(c.max_length >= 0, "decode.max_length", "an integer >= 0 (0: data.max_length)", c.max_length)
+        require(c.dev_sentences >= 0, "decode.dev_sentences", "an integer >= 0 (0: all)", c.dev_sentences)
+        require(c.batch_size >= 1, "decode.batch_size", "an integer >= 1", c.batch_size)
 
     def __init__(self, config, run_dir):
         super().__init__(config, run_dir)
