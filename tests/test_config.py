@@ -157,7 +157,9 @@ def test_a_section_of_another_task_is_refused(tiny):
 
 
 def test_an_unknown_task_names_the_known_ones(tiny):
-    with pytest.raises(ConfigError, match=r"task: expected one of classification, ner, translation or a task class"):
+    with pytest.raises(
+        ConfigError, match=r"task: expected one of classification, ner, translation, keras_model or a task class"
+    ):
         load(tiny, "task=sentiment")
 
 

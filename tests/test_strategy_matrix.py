@@ -11,8 +11,9 @@ test_distribution.py's float32 bounds. Translation batches by tokens (`data.toke
 so its cells cover token batches over 2 replicas, and its test translations, written by the
 chief alone, must equal one device's.
 
-Every cell reads one vocabulary per task, the one-device run's: the `tokenizers` WordPiece
-trainer breaks ties in an order that changes from process to process.
+Every cell reads one vocabulary per task, the one-device run's, rather than training its
+own: the same file gives the same vocabulary in every process
+(tests/data/test_vocabulary.py), so this only saves each cell that work.
 
 Run with `-s` to see each cell's wall time and weight difference (the `matrix` lines). The
 mirrored and launched cells run in the background, two at a time, while this process

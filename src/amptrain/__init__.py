@@ -2,9 +2,19 @@
 
 import amptrain
 amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
+amptrain.Trainer(model=build, loss=..., metrics=["accuracy"], train=train_ds).fit()   # your own model
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `amptrain.Trainer` imports TensorFlow only when asked for (`import amptrain` stays quick).
+    if name == "Trainer":
+        from amptrain.trainer import Trainer
+
+        return Trainer
+    raise AttributeError(f"module 'amptrain' has no attribute {name!r}")
 
 
 def fit(config_path, overrides=(), run_dir=None, overwrite=False):

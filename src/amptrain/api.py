@@ -24,10 +24,18 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
 
     In a multi-worker cluster (TF_CONFIG) every worker calls this with the same
     arguments; only the chief (worker 0) writes into `run_dir`."""
+    config = config_lib.load_config(config_path, overrides)
+    run_dir = run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0])
+    return fit_config(config, run_dir, overwrite)
+
+
+def fit_config(config, run_dir, overwrite=False, make_task=None):
+    """`fit` of a loaded config; `make_task(config, run_dir)` builds its task (default: the
+    one the config names, `tasks.create_task`; `amptrain.Trainer` gives one made of the
+    user's pieces), which then takes the same path as any other."""
     from amptrain.distribute import Cluster
 
-    config = config_lib.load_config(config_path, overrides)
-    run_dir = os.path.abspath(run_dir or os.path.join(RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
+    run_dir = os.path.abspath(run_dir)
     cluster = Cluster.from_env()
     if cluster.is_chief:
         _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
@@ -36,13 +44,13 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
         # The others write into a folder of their own, removed at the end.
         write_dir = tempfile.mkdtemp(prefix=f"amptrain-worker{cluster.index}-")
     try:
-        return _fit(config, run_dir, write_dir, cluster)
+        return _fit(config, run_dir, write_dir, cluster, make_task)
     finally:
         if write_dir != run_dir:
             shutil.rmtree(write_dir, ignore_errors=True)
 
 
-def _fit(config, run_dir, write_dir, cluster):
+def _fit(config, run_dir, write_dir, cluster, make_task=None):
     from amptrain import distribute, xla_modes
     from amptrain.engine.run_log import setup_logging
     from amptrain.precision import check_numerics, probe
@@ -51,11 +59,12 @@ def _fit(config, run_dir, write_dir, cluster):
     # Only the chief reports progress on the terminal; the others their warnings and errors.
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
-    task = create_task(config, run_dir)
+    task = (make_task or create_task)(config, run_dir)
     placement, choice = _prepare(config, task, cluster, run_dir)
     logger.info(probe.summary(choice))
     xla_asked = xla_modes.uses_xla(config.runtime.jit_compile)  # check-numerics says it turns that off
-    config = task.config = probe.apply(config, choice)
+    config = probe.apply(config, choice)  # the run's config, resolved once
+    task = task.with_config(config)
 
     try:
         if not config.runtime.check_numerics:
@@ -149,6 +158,8 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice):
         primary_metric=task.primary_metric,
         has_dev="dev" in task.splits,
         has_test="test" in task.splits,
+        learning_rates=task.learning_rate_scales,
+        higher_is_better=task.higher_is_better,
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)

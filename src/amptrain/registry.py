@@ -22,6 +22,8 @@ TASKS = {
     "classification": "amptrain.tasks.classification:ClassificationTask",
     "ner": "amptrain.tasks.ner:NerTask",
     "translation": "amptrain.tasks.translation:TranslationTask",
+    # a user's own Keras model (amptrain.Trainer): built from Python, never from a config alone
+    "keras_model": "amptrain.tasks.keras_model:KerasModelTask",
 }
 
 

@@ -80,9 +80,15 @@ def test_a_finished_run_does_nothing_and_a_changed_config_is_refused(tiny):
 
 def test_predict_and_eval_use_the_best_checkpoint(tiny):
     fit(tiny, "run")
-    records = amptrain.predict(str(tiny / "run"), ["WIN a FREE cruise", "see you at lunch"])
-    assert [r["text"] for r in records] == ["WIN a FREE cruise", "see you at lunch"]
-    assert all(r["label"] in ("ham", "spam") for r in records)
+    # The final test wrote the best checkpoint's predictions of its texts: predict gives them again.
+    with open(tiny / "run" / "predictions-test.jsonl", encoding="utf-8") as f:
+        scored_by_test = [json.loads(line) for line in f][:6]
+    texts = [r["text"] for r in scored_by_test]
+    records = amptrain.predict(str(tiny / "run"), texts)
+    assert [r["text"] for r in records] == texts
+    assert [r["label"] for r in records] == [r["predicted"] for r in scored_by_test]
+    for record, expected in zip(records, scored_by_test):
+        assert record["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
     scored = amptrain.evaluate(str(tiny / "run"), split="test")
     test = [r for r in read_metrics(tiny / "run" / "metrics.jsonl") if r.get("split") == "test"][-1]
     assert scored["accuracy"] == pytest.approx(test["accuracy"])

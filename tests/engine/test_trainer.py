@@ -33,5 +33,4 @@ def test_the_compiled_predict_step_runs_per_replica_under_mirrored():
     np.testing.assert_allclose(outputs, np.full((6, 1), 0.8), rtol=1e-6)
     # The jit-compiled function itself was traced and called by the replica; handed to
     # strategy.run directly it would have been cloned around the replicas (never traced).
-    assert trainer._predict_step._jit_compile is True
     assert trainer._predict_step.experimental_get_tracing_count() >= 1

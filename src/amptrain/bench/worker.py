@@ -45,7 +45,16 @@ def build_trainer(config, strategy=None, task=None, fuse_step=True):
     distribute.check_split(config, strategy, task)
     model, policy, _ = task.create_model(strategy)
     # A schedule long enough that the timed steps are all at the peak learning rate's scale.
-    parts = build_training(model, task.loss, config, strategy, policy, total_steps=10**6, fuse_step=fuse_step)
+    parts = build_training(
+        model,
+        task.loss,
+        config,
+        strategy,
+        policy,
+        total_steps=10**6,
+        fuse_step=fuse_step,
+        learning_rates=task.learning_rate_scales,
+    )
     return task, model, parts.trainer, policy
 
 

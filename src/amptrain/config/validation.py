@@ -26,7 +26,6 @@ def validate(config, task_class):
     """Refuses impossible values, naming the key, what is expected and what was received:
     the keys every task has here, then the task's own (`task_class.check_config`)."""
     d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
-    require(bool(d.train), "data.train", "the path of a training file", d.train)
     for key in PATH_KEYS:
         path = getattr(d, key.split(".")[1])
         require(not path or os.path.isfile(path), key, "an existing file", path)

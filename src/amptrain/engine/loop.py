@@ -63,9 +63,13 @@ class Job:
     # (split, model, predict, predictions_path=None, quick=False) -> {metric: value};
     # predict(dataset) -> outputs of each batch. `quick`: between training steps.
     evaluate: Callable
-    primary_metric: str
+    primary_metric: str  # the `evaluate` key that picks the best checkpoint
     has_dev: bool = True
     has_test: bool = True
+    # model -> (learning-rate scales by variable, weight-decay predicate): the task's
+    # `learning_rate_scales`; None: one rate for every variable
+    learning_rates: Callable = None
+    higher_is_better: bool = True  # of primary_metric (a loss is lower-is-better)
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None, choice=None):
@@ -83,7 +87,9 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
         return _finished(run_dir, metrics_path, steps)
-    parts = build_training(job.model, job.loss_fn, config, placement.strategy, policy, steps)
+    parts = build_training(
+        job.model, job.loss_fn, config, placement.strategy, policy, steps, learning_rates=job.learning_rates
+    )
     checkpoints = Checkpoints(
         os.path.join(write_dir, "checkpoints"),
         job.model,
@@ -101,11 +107,19 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     if not start_step:
         scalars.hyperparameters(config, policy)
     announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)
-    eval_every = config.train.eval_every or steps_per_epoch
-    loop = _Loop(job, config, parts.trainer, checkpoints, log, scalars, steps, eval_every, parts.learning_rate_factor)
-    loop.utilisation = Utilisation.for_run(job.model, policy, placement.strategy)
-    loop.profiler = StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard"))  # None: off
-    loop.histograms = Histograms.from_config(config, job, parts.trainer, scalars)
+    loop = _Loop(
+        job,
+        config,
+        parts,
+        checkpoints,
+        log,
+        scalars,
+        steps,
+        eval_every=config.train.eval_every or steps_per_epoch,
+        utilisation=Utilisation.for_run(job.model, policy, placement.strategy),
+        profiler=StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard")),  # None: off
+        histograms=Histograms.from_config(config, job, parts.trainer, scalars),  # None: off
+    )
     try:
         loop.run(start_step)
         # The chief may still be writing the best checkpoint that every worker reads next.
@@ -128,11 +142,16 @@ def weights_fingerprint(model):
 
 
 class _Loop:
-    def __init__(self, job, config, trainer, checkpoints, log, scalars, steps, eval_every, lr_factor):
-        self.job, self.config, self.trainer = job, config, trainer
+    def __init__(
+        self, job, config, parts, checkpoints, log, scalars, steps, eval_every, utilisation, profiler, histograms
+    ):
+        self.job, self.config, self.trainer = job, config, parts.trainer
         self.checkpoints, self.log, self.scalars = checkpoints, log, scalars
         self.steps, self.eval_every = steps, eval_every
-        self.lr_factor = lr_factor
+        self.lr_factor = parts.learning_rate_factor
+        self.utilisation, self.profiler, self.histograms = utilisation, profiler, histograms
+        self.watch = NumericsWatch(self.trainer, log)
+        self.terminated = threading.Event()  # set by the SIGTERM handler that `run` installs
         self.spe = config.runtime.steps_per_execution
         t = config.train
         # a graph call never crosses one of these
@@ -147,13 +166,11 @@ class _Loop:
             return
         if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
             self.checkpoints.save()  # something to go back to before the first interval
-        self.watch = NumericsWatch(self.trainer, self.log)
         # Signal handlers can only be set from the main thread (fit may run elsewhere).
         # The handler only raises a flag that the loop checks after each graph call: an
         # exception raised wherever the signal lands (inside the input generator that
         # TensorFlow calls back, or halfway through writing a checkpoint) could leave
         # the process hanging instead of saving.
-        self.terminated = threading.Event()
         in_main_thread = threading.current_thread() is threading.main_thread()
         previous_handler = (
             signal.signal(signal.SIGTERM, lambda signum, frame: self.terminated.set()) if in_main_thread else None
@@ -313,7 +330,8 @@ class _Loop:
         with average.applied() if average is not None else contextlib.nullcontext():
             if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
                 metrics = self.job.evaluate("dev", self.job.model, self.trainer.predict, None, quick=True)
-                value = metrics[self.job.primary_metric]
+                # best_metric holds the value with its sign turned so that higher is better.
+                value = metrics[self.job.primary_metric] * (1 if self.job.higher_is_better else -1)
                 improved = value > self.checkpoints.best_metric.numpy()
                 if improved:
                     self.checkpoints.best_metric.assign(value)

@@ -120,7 +120,9 @@ def _ready(task, config, strategy, candidate, iterator):
     spe = config.runtime.steps_per_execution
     began = time.perf_counter()
     model, _, _ = task.create_model(strategy, policy=candidate.policy)
-    parts = build_training(model, task.loss, trial, strategy, candidate.policy, total_steps=10**6)
+    parts = build_training(
+        model, task.loss, trial, strategy, candidate.policy, total_steps=10**6, learning_rates=task.learning_rate_scales
+    )
     parts.trainer.train(iterator, spe)
     first = time.perf_counter() - began
     for _ in range(WARMUP_CALLS):

@@ -38,6 +38,8 @@ and backward pass between their matrix products (xla_modes.py). A
 device, inside the compiled step).
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from amptrain import xla_modes
@@ -45,6 +47,20 @@ from amptrain.distribute import is_single_device
 
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
+
+
+class StepResult(NamedTuple):
+    """One step's numbers, as the graph computes them (tensors)."""
+
+    loss: object  # the global mean loss
+    applied: object  # the update was applied (loss and gradients finite)
+    grads_finite: object
+    nonfinite: object  # what the NaN policy acts on
+    variable_finite: object  # (variables,) bool: each variable's gradient finite (the overflow locator)
+    norm: object  # the global gradient norm
+    sizes: object  # (real tokens, padded tokens, rows with a real token)
+    scale: object  # the loss scale it ran with
+    stop: object  # RUNNING, or why the call stops
 
 
 class Trainer:
@@ -214,8 +230,7 @@ class Trainer:
         if self.stop_on_nonfinite_loss:
             stop = tf.where(tf.logical_and(nonfinite, stop == RUNNING), NONFINITE_LOSS, stop)
         self.step.assign_add(1)
-        step = {"loss": loss, "applied": applied, "grads_finite": grads_finite, "nonfinite": nonfinite}
-        return step, variable_finite, norm, sizes, scale, stop
+        return StepResult(loss, applied, grads_finite, nonfinite, variable_finite, norm, sizes, scale, stop)
 
     def _train_loop_impl(self, iterator, num_steps):
         totals = {
@@ -243,8 +258,7 @@ class Trainer:
     def _step_into_totals(self, totals, batches):
         """One step on its pulled micro-batches, added to the call's totals: under XLA as
         one cluster when `fused`, else in the loop's graph."""
-        step, variable_finite, norm, sizes, scale, stop = self._update(batches)
-        return _add_to_totals(totals, step, variable_finite, norm, sizes, scale, stop, self.step.read_value())
+        return _add_to_totals(totals, self._update(batches), self.step.read_value())
 
     def _predict_loop_impl(self, features):
         result = self.strategy.run(self._predict_replica, args=(features,))
@@ -273,20 +287,22 @@ class Trainer:
         return outputs
 
 
-def _add_to_totals(totals, step, variable_finite, norm, sizes, scale, stop, step_number):
-    """The call's totals with one more step; `sizes` is (real tokens, padded tokens, rows)."""
-    overflow = tf.logical_not(step["grads_finite"])
+def _add_to_totals(totals, step, step_number):
+    """The call's totals with one more step (a `StepResult`)."""
+    overflow = tf.logical_not(step.grads_finite)
     first_overflow = tf.logical_and(overflow, totals["overflow_step"] < 0)
     return {
-        "loss_total": totals["loss_total"] + tf.where(step["applied"], step["loss"], 0.0),
-        "applied_steps": totals["applied_steps"] + tf.cast(step["applied"], tf.int64),
+        "loss_total": totals["loss_total"] + tf.where(step.applied, step.loss, 0.0),
+        "applied_steps": totals["applied_steps"] + tf.cast(step.applied, tf.int64),
         "overflow_steps": totals["overflow_steps"] + tf.cast(overflow, tf.int64),
-        "nonfinite_steps": totals["nonfinite_steps"] + tf.cast(step["nonfinite"], tf.int64),
-        "tokens": totals["tokens"] + sizes[:2],
-        "examples": totals["examples"] + sizes[2],
-        "grad_norm": tf.where(step["applied"], norm, totals["grad_norm"]),
-        "stop": stop,
+        "nonfinite_steps": totals["nonfinite_steps"] + tf.cast(step.nonfinite, tf.int64),
+        "tokens": totals["tokens"] + step.sizes[:2],
+        "examples": totals["examples"] + step.sizes[2],
+        "grad_norm": tf.where(step.applied, step.norm, totals["grad_norm"]),
+        "stop": step.stop,
         "overflow_step": tf.where(first_overflow, step_number, totals["overflow_step"]),
-        "overflow_scale": tf.where(first_overflow, scale, totals["overflow_scale"]),
-        "overflow_variables": tf.where(first_overflow, tf.logical_not(variable_finite), totals["overflow_variables"]),
+        "overflow_scale": tf.where(first_overflow, step.scale, totals["overflow_scale"]),
+        "overflow_variables": tf.where(
+            first_overflow, tf.logical_not(step.variable_finite), totals["overflow_variables"]
+        ),
     }

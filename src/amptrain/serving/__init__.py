@@ -33,10 +33,12 @@ def export_run(
     overwrite=False,
     precision="float32",
     overrides=(),
+    make_task=None,
 ):
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
     `run_dir`/export-onnx/1 for ONNX) and
-    returns {"path", "format", "task", "checkpoint", "precision", "bytes"}."""
+    returns {"path", "format", "task", "checkpoint", "precision", "bytes"}. `make_task`:
+    as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces)."""
     from amptrain.serving.loading import load_config
 
     _check_choices(fmt, checkpoint, precision, version)
@@ -54,7 +56,7 @@ def export_run(
     _claim(target, overwrite)
     from amptrain.serving.loading import load_for_export
 
-    task, model, path = load_for_export(run_dir, checkpoint, precision, overrides)
+    task, model, path = load_for_export(run_dir, checkpoint, precision, overrides, make_task)
     module = serving_module(task, model)
     staging = target + ".partial"
     shutil.rmtree(staging, ignore_errors=True)

@@ -38,17 +38,17 @@ def checkpoint_path(run_dir, which):
     return path
 
 
-def load_for_export(run_dir, which="best", precision="float32", overrides=()):
+def load_for_export(run_dir, which="best", precision="float32", overrides=(), make_task=None):
     """(task, model, checkpoint path): the run's task prepared from its folder alone (no
-    data split read) and its model built under `precision`'s policy with the weights of
-    the `which` checkpoint."""
+    data split read; `make_task(config, run_dir)` builds it, by default from the config)
+    and its model built under `precision`'s policy with the weights of the `which` checkpoint."""
     import tensorflow as tf
 
     from amptrain.tasks import create_task
 
     config = load_config(run_dir, overrides)
     path = checkpoint_path(run_dir, which)  # before the slow work
-    task = create_task(config, run_dir)
+    task = (make_task or create_task)(config, run_dir)
     task.prepare(())
     model = task.build_model(PRECISIONS[precision])
     tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()

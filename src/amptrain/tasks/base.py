@@ -56,17 +56,31 @@ class Task(abc.ABC):
     that every text task shares). A config names a task by its registry name
     (amptrain/registry.py) or by import path: `task = "mytasks:SentencePairs"`."""
 
-    primary_metric = None  # the `evaluate` key that picks the best checkpoint (higher is better)
+    primary_metric = None  # the `evaluate` key that picks the best checkpoint
+    higher_is_better = True  # of primary_metric
     predictions_suffix = ".jsonl"  # of `predictions-test`, which the final evaluation writes
     keeps_blank_lines = False  # `predict --input`: blank lines are skipped (translation keeps them)
     formats = ("auto",)  # the `data.format` values it reads ("auto": from the file's extension)
     config_sections = {}  # its own config sections: {name: frozen dataclass}, read as config.NAME
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
     accepts_pretrained = False  # may `model.pretrained` name an encoder for it
+    reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
     # The import path of its serving module (a `serving.modules.ServingModule` subclass taking
     # (task, model)), which `amptrain export` builds; None: the task does not export. A path,
     # not a class: serving sits above the tasks (docs/architecture.md, "Layers").
     serving_module = None
+
+    def with_config(self, config):
+        """A copy of this prepared task under `config`, which may differ in how it trains
+        (`precision`, `runtime`: the probe's decision) but not in what it reads: the splits
+        and what was learned are shared, the task itself is left as it was."""
+        import copy
+
+        if config.data != self.config.data or config.model != self.config.model:
+            raise ValueError("with_config: the data and model sections must stay the same")
+        task = copy.copy(self)
+        task.config = config
+        return task
 
     @classmethod
     def check_config(cls, config):
@@ -76,6 +90,8 @@ class Task(abc.ABC):
 
         d = config.data
         name = config.task
+        if cls.reads_files:
+            require(bool(d.train), "data.train", "the path of a training file", d.train)
         require(d.format in cls.formats, "data.format", f"one of {cls.formats} for task {name!r}", d.format)
         kept = "0 (task {name!r} does not keep the end of a cut text)"
         require(d.keep_tail == 0, "data.keep_tail", kept.format(name=name), d.keep_tail)

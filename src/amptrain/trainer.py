@@ -1,0 +1,219 @@
+"""`amptrain.Trainer`: your own Keras model through amptrain's engine.
+
+    import amptrain, keras
+    trainer = amptrain.Trainer(
+        model=build_transformer_model,            # policy name -> keras.Model, built by amptrain
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        train=train_ds, dev=dev_ds, test=test_ds, # tf.data.Dataset of (features, targets[, sample_weight]) batches
+        config={"precision.policy": "mixed_float16", "runtime.steps_per_execution": 50, "train.epochs": 3},
+        run_dir="runs/mine",
+    )
+    trainer.fit()                 # the test metrics of the best checkpoint
+    trainer.evaluate("test")      # {"loss": ..., "accuracy": ..., "examples": ...}
+    trainer.predict(x)            # the model's outputs for x (a dataset or arrays)
+    trainer.export()              # runs/mine/export/1: a SavedModel with the model's own signature
+
+The model is a builder (called with the policy name, under that policy and the strategy's
+scope: every replica gets its variables), or a built model when `precision.policy` is named
+and one device trains it. Layers that declare float32 are islands. `config` takes the
+`[precision]`, `[runtime]` and `[train]` keys of a TOML config, dotted, checked as a file's
+are. The engine does the rest as for the built-in tasks: loss scaling and its telemetry, the
+overflow locator, the NaN policy, XLA modes, steps per execution, accumulation, the weight
+average, `mirrored` and several workers (each batch is a global batch, split over the
+replicas), exact resume (see `tasks/keras_data.py` for what the data must satisfy) and a
+SIGTERM that saves first.
+"""
+
+import logging
+import os
+
+from amptrain.errors import UserError
+
+logger = logging.getLogger("amptrain")
+SECTIONS = ("precision", "runtime", "train")
+
+
+class Trainer:
+    def __init__(
+        self,
+        model,
+        loss,
+        metrics=(),
+        train=None,
+        dev=None,
+        test=None,
+        config=None,
+        run_dir="runs/keras-model",
+        monitor=None,
+        monitor_mode=None,
+        batch_size=None,
+        overwrite=False,
+    ):
+        from amptrain.tasks.keras_scoring import as_loss, as_metrics
+
+        if train is None:
+            raise UserError("train: expected the training data (a tf.data.Dataset of batches, or arrays)")
+        self.config = _config(config or {})
+        self.run_dir = os.path.abspath(run_dir)
+        self.overwrite = overwrite
+        self.model = model
+        self.loss = as_loss(loss)
+        self.metrics = as_metrics(metrics)
+        names = ["loss", *(name for name, _ in self.metrics)]
+        self.monitor = monitor or (names[1] if len(names) > 1 else "loss")
+        if self.monitor not in names:
+            raise UserError(f"monitor: {self.monitor!r} is never computed; expected one of {names}")
+        mode = monitor_mode or ("min" if self.monitor == "loss" else "max")
+        if mode not in ("min", "max"):
+            raise UserError(f"monitor_mode: expected 'min' or 'max', received {monitor_mode!r}")
+        self.higher_is_better = mode == "max"
+        self.batch_size = batch_size or self.config.train.batch_size
+        self.splits = {"train": train, "dev": dev, "test": test}
+
+    def __repr__(self):
+        splits = ", ".join(name for name, value in self.splits.items() if value is not None)
+        return (
+            f"Trainer(run_dir={self.run_dir!r}, policy={self.config.precision.policy!r}, "
+            f"monitor={self.monitor!r}, splits: {splits})"
+        )
+
+    # === The run ===
+
+    def fit(self):
+        """Trains (or resumes) into `run_dir` and returns the best checkpoint's test metrics
+        ({} without a test split)."""
+        from amptrain import api
+
+        config = self._resolved()
+        if isinstance(self.model, _keras_model()) and config.precision.policy == "auto":
+            raise UserError("model: a built model needs precision.policy named; or pass a builder")
+        return api.fit_config(config, self.run_dir, self.overwrite, make_task=self._task)["test"]
+
+    def evaluate(self, split="test"):
+        """{"loss", each metric by its name, "examples"} of a split with the best checkpoint."""
+        task, model, predict = self._load()
+        if split not in task.splits:
+            raise UserError(f"evaluate: no {split!r} data was given to the Trainer")
+        return task.evaluate(split, model, predict)
+
+    def predict(self, x):
+        """The model's outputs (NumPy, or a dict of them) for `x`: a dataset of feature batches
+        (or of (features, ...) tuples), or arrays (batched by `batch_size`)."""
+        import numpy as np
+        import tensorflow as tf
+
+        from amptrain.tasks.keras_data import SplitSource
+
+        _, model, predict = self._load()
+        source = SplitSource.of(_with_targets(x), "predict", self.batch_size)
+        outputs, kept = [], []
+        for output, (_, targets, _) in zip(
+            predict(source.batches(source.rows())), source.batches(source.rows()).as_numpy_iterator()
+        ):
+            live = np.asarray(targets["w"]) > 0
+            kept.append(tf.nest.map_structure(lambda o, live=live: o[live], output))
+        outputs = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *kept)
+        return outputs
+
+    def export(self, out=None, version=1, overwrite=False, checkpoint="best"):
+        """A SavedModel of the best checkpoint with the model's own `serving_default`
+        signature, at `out`/`version` (default run_dir/export/1); returns where and its size."""
+        from amptrain.serving import export_run
+
+        return export_run(
+            self.run_dir, out, checkpoint=checkpoint, version=version, overwrite=overwrite, make_task=self._task
+        )
+
+    # === Parts ===
+
+    def _resolved(self):
+        """The config with `auto` decided: on your own model, by the hardware rule (said in
+        the log; the run record keeps why)."""
+        import dataclasses
+
+        from amptrain.precision import probe
+
+        config = self.config
+        if config.precision.policy == "auto" or config.runtime.jit_compile == "auto":
+            candidate, why = probe.rule(config, probe.Hardware.detect())
+            logger.info(f"auto on your own model: the hardware rule, {candidate.label()} ({why})")
+            config = dataclasses.replace(
+                config,
+                precision=dataclasses.replace(config.precision, policy=candidate.policy),
+                runtime=dataclasses.replace(config.runtime, jit_compile=candidate.jit_compile),
+            )
+        return config
+
+    def _task(self, config, run_dir):
+        from amptrain.tasks.keras_data import SplitSource
+        from amptrain.tasks.keras_model import KerasModelTask, UserPieces
+
+        seed = config.runtime.seed
+        sources = {
+            name: SplitSource.of(value, name, self.batch_size, seed=seed, shuffle=name == "train")
+            for name, value in self.splits.items()
+            if value is not None
+        }
+        pieces = UserPieces(self.model, self.loss, self.metrics, sources, self.monitor, self.higher_is_better)
+        return KerasModelTask(config, run_dir, pieces)
+
+    def _load(self):
+        """(task, model with the best checkpoint's weights, the engine's predict)."""
+        import tensorflow as tf
+
+        from amptrain import config as config_lib
+        from amptrain.engine.checkpoints import restore_weights
+        from amptrain.engine.trainer import Trainer as StepRunner
+        from amptrain.precision import probe
+
+        saved = os.path.join(self.run_dir, "config.toml")
+        if not os.path.exists(saved):
+            raise UserError(f"{self.run_dir}: no run here yet; call fit() first")
+        config = probe.resolved_for(config_lib.load_config(saved, base_dir=self.run_dir), self.run_dir)
+        task = self._task(config, self.run_dir)
+        task.prepare(tuple(name for name, value in self.splits.items() if value is not None))
+        model, _, _ = task.create_model()
+        try:
+            restore_weights(model, os.path.join(self.run_dir, "checkpoints"))
+        except FileNotFoundError:
+            raise UserError(f"{self.run_dir}: no checkpoint yet; call fit() first") from None
+        runner = StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
+        return task, model, runner.predict
+
+
+def _config(values):
+    """The run's Config from dotted `[precision]`, `[runtime]` and `[train]` keys."""
+    from amptrain.config import config_from_dict
+
+    if not isinstance(values, dict):
+        raise UserError(f"config: expected a dict of dotted keys, e.g. {{'train.epochs': 3}}, received {values!r}")
+    for key in values:
+        if key.partition(".")[0] not in SECTIONS or "." not in key:
+            raise UserError(
+                f"config: {key!r} is not for your own model; it takes the keys of [precision], [runtime] and "
+                "[train] (e.g. 'train.epochs'); the data and the model are yours"
+            )
+    return config_from_dict({"task": "keras_model"}, list(values.items()), source="config")
+
+
+def _with_targets(x):
+    """`x` as (features, dummy targets): batches of a dataset, or arrays to batch."""
+    import numpy as np
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+
+        def features_only(*element):  # a dataset of features, or of (features, targets[, weights])
+            features = element[0]
+            return features, tf.zeros([tf.shape(tf.nest.flatten(features)[0])[0]], tf.float32)
+
+        return x.map(features_only)
+    rows = len(tf.nest.flatten(x)[0])
+    return (x, np.zeros(rows, np.float32))
+
+
+def _keras_model():
+    import keras
+
+    return keras.Model
