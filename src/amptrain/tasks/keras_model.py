@@ -34,6 +34,8 @@ class UserPieces:
 
 
 class KerasModelTask(Task):
+    primary_metric = "loss"  # the Trainer's `monitor` replaces it for its run
+    higher_is_better = False
     predictions_suffix = ".npy"  # the test split's outputs, in order (padding rows left out)
     reads_files = False  # its data comes as datasets or arrays, not data.train
     serving_module = "amptrain.serving.keras_model:KerasModelModule"
