@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 LINTED := src tests benchmarks scripts examples
 
-.PHONY: demo test test-all lint format install install-test pretrained clean
+.PHONY: demo classic-recipe test test-all lint format install install-test pretrained clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: install
 		--text "Re: build failure on the nightly tests . I checked the logs; the failure comes from the new rules file, patch attached."
 	@echo "test metrics (best checkpoint): $$(grep '"split": "test"' runs/classify-spam/metrics.jsonl | tail -1)"
 	@echo "run folder: runs/classify-spam   (tensorboard --logdir runs/classify-spam/tensorboard)"
+
+# Your own Keras model through amptrain.Trainer: the classic mixed_float16 recipe (examples/classic_recipe).
+classic-recipe: install
+	$(BIN)/python examples/classic_recipe/classic_recipe.py
 
 test: install-test
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -5,7 +5,7 @@
     source.batches()          # finite: (features, {"y", "w"}, token_counts) global batches
 
 A user's dataset yields (features, targets) or (features, targets, sample_weight) batches.
-Every batch is padded to the first batch's rows with rows of weight 0 (so the replicas can
+Every batch is filled up to the first batch's rows with rows of weight 0 (so the replicas can
 share a smaller last batch, and XLA sees one shape); a weight of 0 never counts, in the
 loss, the metrics or tokens/s. Real tokens: where the features hold a rank-2 integer tensor
 (`token_ids`, or the only such input), its non-zero ids (0 is padding, Keras's `mask_zero`
@@ -118,11 +118,12 @@ def _engine_batch(element, rows, name):
     given = tf.shape(_flat(targets)[0])[0]
     weights = tf.cast(weights[0], tf.float32) if weights else tf.ones([given], tf.float32)
 
-    def pad(tensor):
-        extra = rows - tf.shape(tensor)[0]
-        return tf.pad(tensor, [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1))
-
-    features, targets, weights = tf.nest.map_structure(pad, (features, targets, weights))
+    # Filler rows repeat the batch's first row: a row of zeros could be all padding, whose
+    # masked mean divides by zero, and a NaN times a weight of 0 is still NaN.
+    indices = tf.concat([tf.range(given), tf.zeros([rows - given], tf.int32)], axis=0)
+    live = tf.concat([tf.ones([given]), tf.zeros([rows - given])], axis=0)
+    features, targets, weights = tf.nest.map_structure(lambda t: tf.gather(t, indices), (features, targets, weights))
+    weights = weights * tf.reshape(live, tf.concat([[rows], tf.ones([tf.rank(weights) - 1], tf.int32)], axis=0))
     return features, {"y": targets, "w": weights}, token_counts(features, weights)
 
 
