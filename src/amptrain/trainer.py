@@ -50,11 +50,20 @@ class Trainer:
         batch_size=None,
         overwrite=False,
     ):
+        from amptrain.tasks.keras_data import SplitSource
         from amptrain.tasks.keras_scoring import as_loss, as_metrics
 
         if train is None:
             raise UserError("train: expected the training data (a tf.data.Dataset of batches, or arrays)")
-        self.config = _config(config or {})
+        config = dict(config or {})
+        if batch_size:
+            config["train.batch_size"] = batch_size
+        self.config = _config(config)
+        # The global batch is the data's: arrays are batched by train.batch_size, a dataset's
+        # first batch says (the run record and the replica split check read it).
+        rows = SplitSource.of(train, "train", self.config.train.batch_size).rows()
+        if rows != self.config.train.batch_size:
+            self.config = _config({**config, "train.batch_size": rows})
         self.run_dir = os.path.abspath(run_dir)
         self.overwrite = overwrite
         self.model = model
@@ -68,7 +77,7 @@ class Trainer:
         if mode not in ("min", "max"):
             raise UserError(f"monitor_mode: expected 'min' or 'max', received {monitor_mode!r}")
         self.higher_is_better = mode == "max"
-        self.batch_size = batch_size or self.config.train.batch_size
+        self.batch_size = self.config.train.batch_size
         self.splits = {"train": train, "dev": dev, "test": test}
 
     def __repr__(self):

@@ -152,7 +152,7 @@ class KerasModelTask(Task):
         try:
             outputs = model(features, training=False)
         except Exception as error:  # the user's model on the user's data
-            expected = [(t.name, t.shape.as_list(), t.dtype) for t in tf.nest.flatten(model.inputs)]
+            expected = [(t.name, list(t.shape), t.dtype) for t in tf.nest.flatten(model.inputs)]
             received = tf.nest.map_structure(lambda t: (t.shape.as_list(), t.dtype.name), features)
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
             raise UserError(
@@ -213,12 +213,16 @@ def _row_weights(targets):
 def check_policy(model, policy):
     """A built model must follow the named policy, but for its float32 islands: the first
     layer that does neither is named."""
+    import keras
+
     from amptrain.models.layer_tree import walk
 
     for layer in list(walk(model))[1:]:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue  # an input computes nothing
         name = layer.dtype_policy.name
         if name not in (policy, "float32"):
             raise UserError(
-                f"model: layer {layer.path!r} computes under {name!r}, not precision.policy {policy!r} (or a "
+                f"model: layer {layer.name!r} computes under {name!r}, not precision.policy {policy!r} (or a "
                 "float32 island); build the model under that policy, or pass a builder: model=lambda policy: ..."
             )
