@@ -346,6 +346,14 @@ def _serve(args):
         )
     if min(args.max_body_bytes, args.max_instances, args.max_text_chars) < 1:
         raise UserError("--max-body-bytes, --max-instances and --max-text-chars: expected whole numbers >= 1")
+    try:
+        import prometheus_client  # noqa: F401  (the serve extra, checked before TensorFlow loads)
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as missing:
+        raise UserError(
+            f"amptrain serve needs the serve extra ({missing.name} is missing): pip install 'amptrain[serve]'"
+        ) from None
     from amptrain.serving.rest import Limits
     from amptrain.serving.server import run
 

@@ -69,4 +69,10 @@ def test_responses_in_rows_and_in_columns():
     assert format_predictions(outputs, columnar=True) == {
         "outputs": {"label": ["ham", "späm"], "probabilities": [[1.0, 0.0], [0.0, 1.0]]}
     }
-    assert json.dumps(format_predictions({"num_words": np.array([3, 0], "i4")}, False))  # numbers as JSON numbers
+    assert json.dumps(format_predictions({"num_words": np.array([3, 0], "i4"), "tags": np.array([b"O", b"O"])}, False))
+
+
+def test_one_output_is_given_without_its_name():
+    outputs = {"translation": np.array([b"hola", b""], dtype=object)}
+    assert format_predictions(outputs, columnar=False) == {"predictions": ["hola", ""]}
+    assert format_predictions(outputs, columnar=True) == {"outputs": ["hola", ""]}

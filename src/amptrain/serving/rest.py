@@ -8,7 +8,8 @@
 The two formats are TF Serving's: rows (`instances`: a list of strings, or of objects
 `{"text": ...}`) answered as `{"predictions": [one object of named outputs a row]}`;
 columns (`inputs`: a list of strings, or `{"text": [...]}`) answered as
-`{"outputs": {name: [a value a row]}}`. A bad request raises `BadRequest` with the one
+`{"outputs": {name: [a value a row]}}`; a signature of one output (the translator's) gives
+its values without its name. A bad request raises `BadRequest` with the one
 line TF Serving would put in `{"error": ...}`.
 """
 
@@ -111,6 +112,9 @@ def format_predictions(outputs, columnar):
     """The response of a request's outputs ({name: array, a row a text}), as TF Serving
     writes it: strings as UTF-8 text, numbers as JSON numbers."""
     lists = {name: _json_value(array) for name, array in outputs.items()}
+    if len(lists) == 1:  # one output (the translator's): its values, without its name
+        (values,) = lists.values()
+        return {"outputs": values} if columnar else {"predictions": values}
     if columnar:
         return {"outputs": lists}
     rows = len(next(iter(lists.values()))) if lists else 0
