@@ -118,7 +118,13 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
     async def metrics_text(request):
         return Response(metrics.text(), media_type="text/plain; version=0.0.4")
 
-    routes = [
+    routes = _routes(predict, status, metadata, healthz, metrics_text)
+    return Starlette(routes=routes, lifespan=_lifespan(versions, poll_seconds))
+
+
+def _routes(predict, status, metadata, healthz, metrics_text):
+    """TF Serving's REST paths (a version's before the model's), then health and metrics."""
+    return [
         Route("/v1/models/{name}:predict", predict, methods=["POST"]),
         Route("/v1/models/{name}/versions/{version}:predict", predict, methods=["POST"]),
         Route("/v1/models/{name}/metadata", metadata, methods=["GET"]),
@@ -128,7 +134,6 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics_text, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=_lifespan(versions, poll_seconds))
 
 
 def _version_status(servable):
