@@ -2,6 +2,7 @@
 refused with its status and one line, the limits."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -9,10 +10,12 @@ import pytest
 from amptrain.serving.rest import BadRequest, Limits, format_predictions, parse_predict
 
 LIMITS = Limits(max_body_bytes=1000, max_instances=3, max_text_chars=5)
+IDS = {"serve_token_ids": {"token_ids": (None, None)}}
+TAGGER_IDS = {"serve_token_ids": {"token_ids": (None, None), "char_ids": (None, None, 2)}}
 
 
-def parse(document, limits=LIMITS):
-    return parse_predict(document if isinstance(document, bytes) else json.dumps(document).encode(), limits)
+def parse(document, limits=LIMITS, signatures=IDS):
+    return parse_predict(document if isinstance(document, bytes) else json.dumps(document).encode(), limits, signatures)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +53,7 @@ def test_a_long_text_is_cut_not_refused():
         (b'{"inputs": {"text": [null]}}', 400, "inputs[0] is a JSON NoneType"),
         (b'{"inputs": {"token_ids": [[1]]}}', 400, "expected only 'text'"),
         (b'{"instances": []}', 400, "no instances"),
-        (b'{"instances": ["a"], "signature_name": "serve_token_ids"}', 400, "runs 'serving_default' only"),
+        (b'{"instances": ["a"], "signature_name": "serve_ids"}', 400, "'serve_ids' not found; this model has"),
         (b'{"instances": ["a", "b", "c", "d"]}', 413, "4 instances; at most 3"),
         (b'{"instances": ["' + b"a" * 2000 + b'"]}', 413, "at most 1000 (--max-body-bytes)"),
     ],
@@ -76,3 +79,45 @@ def test_one_output_is_given_without_its_name():
     outputs = {"translation": np.array([b"hola", b""], dtype=object)}
     assert format_predictions(outputs, columnar=False) == {"predictions": ["hola", ""]}
     assert format_predictions(outputs, columnar=True) == {"outputs": ["hola", ""]}
+
+
+@pytest.mark.parametrize(
+    "document, signatures",
+    [
+        ({"instances": [{"token_ids": [2, 5, 6]}, {"token_ids": [2, 7, 0]}]}, IDS),
+        ({"instances": [[2, 5, 6], [2, 7, 0]]}, IDS),
+        ({"inputs": {"token_ids": [[2, 5, 6], [2, 7, 0]]}}, IDS),
+        ({"inputs": [[2, 5, 6], [2, 7, 0]]}, IDS),
+    ],
+)
+def test_a_token_ids_request_gives_int32_arrays(document, signatures):
+    request = parse({**document, "signature_name": "serve_token_ids"}, Limits())
+    assert request.texts is None and request.signature == "serve_token_ids"
+    assert request.tensors["token_ids"].dtype == np.int32 and request.tensors["token_ids"].tolist() == [
+        [2, 5, 6],
+        [2, 7, 0],
+    ]
+
+
+@pytest.mark.parametrize(
+    "value, signatures, says",
+    [
+        ({"instances": [[2, 5], [2]]}, IDS, "rows of different lengths"),
+        ({"instances": [[2.5, 1.0]]}, IDS, "expected whole numbers"),
+        ({"instances": [["a"]]}, IDS, "expected whole numbers"),
+        ({"instances": [2, 5]}, IDS, "shape [2]; expected (any, any)"),
+        ({"instances": [[2**40]]}, IDS, "outside int32"),
+        ({"inputs": {"token_ids": [[1]], "char_ids": [[[1, 2]], [[1, 2]]]}}, TAGGER_IDS, "different numbers of rows"),
+        (
+            {"inputs": {"token_ids": [[1]], "char_ids": [[[1, 2, 3]]]}},
+            TAGGER_IDS,
+            "shape [1, 1, 3]; expected (any, any, 2)",
+        ),
+        ({"instances": [{"token_ids": [1]}]}, TAGGER_IDS, "expected an object with ['token_ids', 'char_ids']"),
+        ({"inputs": [[1]]}, TAGGER_IDS, "expected an object with"),
+        ({"inputs": {"token_ids": []}}, IDS, "token_ids: shape [0]; expected (any, any)"),
+    ],
+)
+def test_a_bad_token_ids_request_is_one_line(value, signatures, says):
+    with pytest.raises(BadRequest, match=re.escape(says)):
+        parse({**value, "signature_name": "serve_token_ids"}, Limits(), signatures)

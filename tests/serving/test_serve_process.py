@@ -14,8 +14,9 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
-from export.test_export_runs import FLOAT32, classifier, tagger, translator  # noqa: F401  (the runs, shared)
+from export.test_export_runs import classifier, random_ids, tagger, translator  # noqa: F401  (the runs, shared)
 
 import amptrain
 
@@ -127,6 +128,22 @@ def test_a_bad_input_is_a_4xx_and_the_server_answers_after(served_classifier, bo
     assert 400 <= status < 500 and set(answer) == {"error"} and "\n" not in answer["error"]
     status, good = server.predict({"instances": texts[:1]})
     assert status == 200 and good["predictions"][0]["label"] == records[0]["label"]
+
+
+def test_the_token_ids_signature_answers_as_in_process(served_classifier):
+    import tensorflow as tf
+
+    server, run, *_ = served_classifier
+    ids = random_ids((3, 9))
+    signature = tf.saved_model.load(str(run / "export" / "1")).signatures["serve_token_ids"]
+    expected = signature(token_ids=tf.constant(ids))["probabilities"].numpy()
+    body = {"signature_name": "serve_token_ids", "instances": [{"token_ids": row} for row in ids.tolist()]}
+    status, answer = server.predict(body, f"/v1/models/{server.name}/versions/1:predict")
+    assert status == 200
+    got = [p["probabilities"] for p in answer["predictions"]]
+    assert abs(np.array(got) - expected).max() <= 1e-5
+    ragged = {"signature_name": "serve_token_ids", "inputs": {"token_ids": [[2, 5], [2]]}}
+    assert server.predict(ragged)[0] == 400
 
 
 def test_unknown_models_and_versions_are_404(served_classifier):

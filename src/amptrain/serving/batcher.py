@@ -42,7 +42,8 @@ class Batcher:
         self._run, self._on_batch = run, on_batch  # on_batch(texts in the call, seconds it took)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="amptrain-model")
         self._pending, self._pending_texts = collections.deque(), 0
-        self._busy = False  # a call is running
+        self._busy = False  # a batch's call is running
+        self._alone = 0  # calls of `run_alone` running or waiting
         self._arrived = self._collector = None  # made on the event loop, at the first request
 
     async def predict(self, texts):
@@ -58,10 +59,19 @@ class Batcher:
         self._arrived.set()
         return await waiting.future
 
+    async def run_alone(self, function, *args):
+        """`function(*args)` in the model's worker thread, batched with nothing (a token-ids
+        request: its rows' lengths are its own)."""
+        self._alone += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, function, *args)
+        finally:
+            self._alone -= 1
+
     async def close(self):
         """Answers the requests waiting or in the model, then stops collecting and the
         worker thread."""
-        while self._pending or self._busy:
+        while self._pending or self._busy or self._alone:
             await asyncio.sleep(0.01)
         if self._collector is not None:
             self._collector.cancel()

@@ -1,5 +1,6 @@
 """TF Serving's REST predict request and response, for an export's `serving_default`
-(one string input, `text`): pure logic, no server, no TensorFlow.
+(one string input, `text`; a token-ids signature's request is `tensors.py`'s): pure
+logic, no server, no TensorFlow.
 
     request = parse_predict(b'{"instances": ["see you at lunch"]}', Limits())
     request.texts, request.columnar      # ["see you at lunch"], False
@@ -43,12 +44,43 @@ class Limits:
 
 @dataclass(frozen=True)
 class PredictRequest:
-    texts: list
+    texts: list | None  # `serving_default`'s
     columnar: bool  # `inputs` in, `outputs` out
+    signature: str = SIGNATURE
+    tensors: dict | None = None  # another signature's inputs {name: int32 array} (tensors.py)
 
 
-def parse_predict(body, limits):
-    """The texts of a predict request's body (bytes), checked against `limits`."""
+def parse_predict(body, limits, id_signatures=None):
+    """The texts of a predict request's body (bytes), checked against `limits`; or, for a
+    token-ids signature named in `id_signatures` ({name: {input: shape}}), its tensors."""
+    document = _document(body, limits)
+    signature = document.get("signature_name", SIGNATURE)
+    unknown = sorted(set(document) - {"instances", "inputs", "signature_name"})
+    if unknown:
+        raise BadRequest(f'unknown field {unknown[0]!r}; expected "instances" or "inputs" and "signature_name"')
+    if ("instances" in document) == ("inputs" in document):
+        raise BadRequest('expected exactly one of "instances" (rows) or "inputs" (columns)')
+    columnar = "inputs" in document
+    value = document["inputs" if columnar else "instances"]
+    if signature != SIGNATURE:
+        if signature not in (id_signatures or {}):
+            known = [SIGNATURE, *(id_signatures or {})]
+            raise BadRequest(f"signature_name {signature!r} not found; this model has {known}")
+        from amptrain.serving.tensors import parse_tensors
+
+        return PredictRequest(
+            None, columnar, signature, parse_tensors(value, id_signatures[signature], columnar, limits)
+        )
+    texts = _column(value) if columnar else _rows(value)
+    if not texts:
+        raise BadRequest("no instances; expected at least one string")
+    if len(texts) > limits.max_instances:
+        raise BadRequest(f"{len(texts)} instances; at most {limits.max_instances} a request (--max-instances)", 413)
+    return PredictRequest([t[: limits.max_text_chars] for t in texts], columnar)
+
+
+def _document(body, limits):
+    """The body's JSON object."""
     if len(body) > limits.max_body_bytes:
         raise BadRequest(f"request body of {len(body)} bytes; at most {limits.max_body_bytes} (--max-body-bytes)", 413)
     try:
@@ -61,21 +93,7 @@ def parse_predict(body, limits):
         raise BadRequest(f'request body is not JSON ({error}); expected {{"instances": [strings]}}') from None
     if not isinstance(document, dict):
         raise BadRequest(f'request body is a JSON {type(document).__name__}; expected an object with "instances"')
-    signature = document.get("signature_name", SIGNATURE)
-    if signature != SIGNATURE:
-        raise BadRequest(f"signature_name {signature!r}: this server runs {SIGNATURE!r} only (raw text in)")
-    unknown = sorted(set(document) - {"instances", "inputs", "signature_name"})
-    if unknown:
-        raise BadRequest(f'unknown field {unknown[0]!r}; expected "instances" or "inputs" and "signature_name"')
-    if ("instances" in document) == ("inputs" in document):
-        raise BadRequest('expected exactly one of "instances" (rows) or "inputs" (columns)')
-    columnar = "inputs" in document
-    texts = _column(document["inputs"]) if columnar else _rows(document["instances"])
-    if not texts:
-        raise BadRequest("no instances; expected at least one string")
-    if len(texts) > limits.max_instances:
-        raise BadRequest(f"{len(texts)} instances; at most {limits.max_instances} a request (--max-instances)", 413)
-    return PredictRequest([t[: limits.max_text_chars] for t in texts], columnar)
+    return document
 
 
 def _rows(instances):

@@ -69,20 +69,18 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
         metrics.requests.labels(route, str(status)).inc()
         return JSONResponse({"error": message}, status)
 
-    async def servable(request):
-        if request.path_params["name"] != name:
-            raise NotFound(f"model {request.path_params['name']!r} not found; this server serves {name!r}")
-        version = request.path_params.get("version")
-        if version is not None and not version.isdigit():
-            raise NotFound(f"version {version!r} not found: expected a number")
-        return await versions.get(None if version is None else int(version))
+    def servable(request):
+        return _servable(request, versions, name)
 
     async def predict(request):
         started = time.monotonic()
         try:
             model = await servable(request)
-            parsed = parse_predict(await read_body(request, limits.max_body_bytes), limits)
-            outputs = await model.batcher.predict(parsed.texts)
+            parsed = parse_predict(await read_body(request, limits.max_body_bytes), limits, model.ids)
+            if parsed.texts is None:  # a token-ids signature: one call of its own
+                outputs = await model.batcher.run_alone(model.call_signature, parsed.signature, parsed.tensors)
+            else:
+                outputs = await model.batcher.predict(parsed.texts)
         except BadRequest as bad:
             return error(str(bad), bad.status, "predict")
         except NotFound as missing:
@@ -120,6 +118,16 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
 
     routes = _routes(predict, status, metadata, healthz, metrics_text)
     return Starlette(routes=routes, lifespan=_lifespan(versions, poll_seconds))
+
+
+async def _servable(request, versions, name):
+    """The version a request's path names (the newest if none)."""
+    if request.path_params["name"] != name:
+        raise NotFound(f"model {request.path_params['name']!r} not found; this server serves {name!r}")
+    version = request.path_params.get("version")
+    if version is not None and not version.isdigit():
+        raise NotFound(f"version {version!r} not found: expected a number")
+    return await versions.get(None if version is None else int(version))
 
 
 def _routes(predict, status, metadata, healthz, metrics_text):

@@ -39,6 +39,7 @@ class Servable:
         self.signatures = dict(self._loaded.signatures)
         self._serve = self.signatures[SIGNATURE]
         self._tf = tf
+        self.ids = self.id_signatures()
         self.run(["warm up"])  # the first request does not pay for the graph's first run
         self.batcher = Batcher(self.run, on_batch=on_batch, **batching)
 
@@ -46,6 +47,21 @@ class Servable:
         """{output name: numpy array, a row a text} of `serving_default` on `texts`."""
         outputs = self._serve(**{INPUT: self._tf.constant(texts, self._tf.string)})
         return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+    def id_signatures(self):
+        """{name: {input: shape}} of the signatures other than `serving_default` whose inputs
+        are all int32 (`serve_token_ids`), for `rest.parse_predict`."""
+        found = {}
+        for name, function in self.signatures.items():
+            specs = function.structured_input_signature[1]
+            if name != SIGNATURE and all(spec.dtype == self._tf.int32 for spec in specs.values()):
+                found[name] = {k: tuple(spec.shape.as_list()) for k, spec in specs.items()}
+        return found
+
+    def call_signature(self, name, tensors):
+        """{output name: numpy array} of signature `name` on `tensors` ({input: array})."""
+        outputs = self.signatures[name](**{k: self._tf.constant(v) for k, v in tensors.items()})
+        return {k: tensor.numpy() for k, tensor in outputs.items()}
 
     def signature_defs(self):
         """The signatures as TF Serving's metadata lists them: inputs and outputs with dtype and shape."""
