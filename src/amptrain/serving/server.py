@@ -207,7 +207,10 @@ def bind(host, port):
     """A listening socket on host:port (port 0: a free one), bound before uvicorn starts so
     that the URL printed is the one that answers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
+    # (the accepted ones inherit it); without it Nagle holds the response's second write for
+    # the client's delayed ACK, 40 ms a request.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
