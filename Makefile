@@ -3,7 +3,7 @@
 # make test-all: the linter, then every test (distribution, kill-and-resume, parity, bench); .ci/run runs it.
 # make pretrained: all-MiniLM-L6-v2 into pretrained/ for the *-minilm configs (test-all needs it too).
 # make lint: ruff's checks and its formatter, checked (make format applies them).
-# make install-test: the package with its test and onnx extras, so the ONNX export tests run for real.
+# make install-test: the package with its test, onnx and serve extras, so the ONNX export and server tests run for real.
 # Each creates .venv with Python 3.11 if it is missing.
 PYTHON ?= python3.11
 VENV := .venv
@@ -21,7 +21,7 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-test: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test,onnx]"
+	$(BIN)/python -m pip install --quiet -e ".[test,onnx,serve]"
 
 demo: install
 	$(BIN)/amptrain fit configs/classify-spam.toml

@@ -1,0 +1,155 @@
+"""The versions of an export folder that `amptrain serve` answers for, as TF Serving's
+file-system source sees them: numbered folders, the newest served by default, and a new
+one picked up when it appears.
+
+    versions = Versions("runs/classify-spam/export", batching={"max_batch_size": 32, "max_wait_ms": 5})
+    versions.newest.version              # 1: loaded (and warmed up) at once
+    await versions.get(2)                # another version folder, loaded at its first request
+    versions.refresh()                   # a poll: loads a newer folder, forgets removed ones
+
+A version is one `tf.saved_model.load` (`served.py` reads its metadata), its `serving_default`
+signature, and its own `Batcher`. `amptrain export` writes a version under `N.partial` and
+renames it when complete, so a folder with a `saved_model.pb` is whole when the poll sees it.
+"""
+
+import asyncio
+import os
+import threading
+
+from amptrain.errors import UserError
+from amptrain.serving.batcher import Batcher
+from amptrain.serving.rest import INPUT, SIGNATURE
+from amptrain.serving.served import SAVED_MODEL_FILE, find_export, read_metadata
+
+
+class NotFound(LookupError):
+    """A model name or version this server does not have (a 404)."""
+
+
+class Servable:
+    """One loaded version: `run(texts)` is a call of its `serving_default`."""
+
+    def __init__(self, path, batching, on_batch=None):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
+
+        self.path, self.version = path, int(os.path.basename(path)) if os.path.basename(path).isdigit() else 0
+        self.metadata = read_metadata(path)
+        self._loaded = tf.saved_model.load(path)  # kept: the signatures are its functions
+        self.signatures = dict(self._loaded.signatures)
+        self._serve = self.signatures[SIGNATURE]
+        self._tf = tf
+        self.ids = self.id_signatures()
+        self.run(["warm up"])  # the first request does not pay for the graph's first run
+        self.batcher = Batcher(self.run, on_batch=on_batch, **batching)
+
+    def run(self, texts):
+        """{output name: numpy array, a row a text} of `serving_default` on `texts`."""
+        outputs = self._serve(**{INPUT: self._tf.constant(texts, self._tf.string)})
+        return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+    def id_signatures(self):
+        """{name: {input: shape}} of the signatures other than `serving_default` whose inputs
+        are all int32 (`serve_token_ids`), for `rest.parse_predict`."""
+        found = {}
+        for name, function in self.signatures.items():
+            specs = function.structured_input_signature[1]
+            if name != SIGNATURE and all(spec.dtype == self._tf.int32 for spec in specs.values()):
+                found[name] = {k: tuple(spec.shape.as_list()) for k, spec in specs.items()}
+        return found
+
+    def call_signature(self, name, tensors):
+        """{output name: numpy array} of signature `name` on `tensors` ({input: array})."""
+        outputs = self.signatures[name](**{k: self._tf.constant(v) for k, v in tensors.items()})
+        return {k: tensor.numpy() for k, tensor in outputs.items()}
+
+    def signature_defs(self):
+        """The signatures as TF Serving's metadata lists them: inputs and outputs with dtype and shape."""
+        return {
+            name: {
+                "inputs": {k: _tensor_info(spec) for k, spec in function.structured_input_signature[1].items()},
+                "outputs": {k: _tensor_info(spec) for k, spec in function.structured_outputs.items()},
+                "method_name": "tensorflow/serving/predict",
+            }
+            for name, function in self.signatures.items()
+        }
+
+
+def _tensor_info(spec):
+    from tensorflow.core.framework import types_pb2
+
+    dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape.as_list()]
+    return {
+        "dtype": types_pb2.DataType.Name(spec.dtype.as_datatype_enum),
+        "tensor_shape": {"dim": dims, "unknown_rank": False},
+    }
+
+
+def export_folder(path):
+    """The folder of version folders that `path` names: itself, a run's `export`, or a
+    version folder's parent. A folder with no SavedModel version is one line, naming it."""
+    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        return os.path.dirname(os.path.abspath(path))
+    if os.path.isfile(os.path.join(path, "config.toml")) and os.path.isdir(os.path.join(path, "export")):
+        path = os.path.join(path, "export")  # a run folder: its default export
+    if find_export(path) is None:  # an ONNX version refused here, in find_export's words
+        raise UserError(
+            f"{path}: no SavedModel version folder (N/{SAVED_MODEL_FILE}); expected the folder "
+            "`amptrain export RUN` writes (RUN/export)"
+        )
+    return os.path.abspath(path)
+
+
+def versions_on_disk(folder):
+    """The numbers of the complete SavedModel version folders in `folder`, ascending."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit() and os.path.isfile(os.path.join(folder, n, SAVED_MODEL_FILE)))
+
+
+class Versions:
+    def __init__(self, path, batching, on_batch=None):
+        self.folder = export_folder(path)
+        self._batching, self._on_batch = batching, on_batch
+        self._loaded = {}  # version -> Servable
+        self._lock = threading.Lock()  # the poll (a thread) and a request's load (another) meet here
+        on_disk = versions_on_disk(self.folder)
+        if not on_disk:  # a SavedModel folder not named by a number
+            raise UserError(f"{self.folder}: no numbered version folder (N/{SAVED_MODEL_FILE}), as TF Serving expects")
+        self.newest = self._load(on_disk[-1])
+
+    def _load(self, version):
+        servable = Servable(os.path.join(self.folder, str(version)), self._batching, self._on_batch)
+        with self._lock:
+            self._loaded[version] = servable
+        return servable
+
+    def loaded(self):
+        """{version: Servable} of the versions loaded now."""
+        with self._lock:
+            return dict(self._loaded)
+
+    async def get(self, version=None):
+        """The newest version (`version` None), else that version, loaded at its first request."""
+        if version is None:
+            return self.newest
+        servable = self.loaded().get(version)
+        if servable is not None:
+            return servable
+        if version not in versions_on_disk(self.folder):
+            raise NotFound(f"version {version} not found in {self.folder}; versions: {versions_on_disk(self.folder)}")
+        return await asyncio.to_thread(self._load, version)
+
+    def refresh(self):
+        """A poll (blocking: run it off the event loop): loads a newer version folder and
+        serves it by default; forgets loaded versions whose folders are gone (the newest
+        kept while it is the only one). Returns the servables forgotten, for their batchers
+        to be closed."""
+        on_disk = versions_on_disk(self.folder)
+        if on_disk and on_disk[-1] > self.newest.version:
+            self.newest = self._load(on_disk[-1])
+        with self._lock:
+            gone = [v for v in self._loaded if v not in on_disk and v != self.newest.version]
+            return [self._loaded.pop(v) for v in gone]
