@@ -161,13 +161,16 @@ def main(argv=None):
     parser.add_argument("--keras-fit", action="store_true", help="train with Keras model.fit instead")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
+    import amptrain
+    from amptrain.config import parse_override
+
+    settings = [parse_override(s) for s in args.set]
+    amptrain.configure_devices({**CONFIG, **dict(settings)})  # runtime.cpu_replicas: before TensorFlow runs
     data = load_spam(limit=args.limit)
     if args.keras_fit:
         print(json.dumps({"keras_fit_test": keras_fit(data, args.run_dir)}))
         return 0
-    from amptrain.config import parse_override
-
-    run = trainer(data, args.run_dir, [parse_override(s) for s in args.set], args.overwrite)
+    run = trainer(data, args.run_dir, settings, args.overwrite)
     test = run.fit()
     export = run.export(overwrite=True)
     print(json.dumps({"test": test, "export": export["path"]}))

@@ -10,10 +10,10 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # `amptrain.Trainer` imports TensorFlow only when asked for (`import amptrain` stays quick).
-    if name == "Trainer":
-        from amptrain.trainer import Trainer
+    if name in ("Trainer", "configure_devices"):
+        from amptrain import trainer
 
-        return Trainer
+        return getattr(trainer, name)
     raise AttributeError(f"module 'amptrain' has no attribute {name!r}")
 
 

@@ -191,6 +191,15 @@ class Trainer:
         return task, model, runner.predict
 
 
+def configure_devices(config):
+    """Splits the CPU into `runtime.cpu_replicas` logical devices (`mirrored` on one CPU, as the
+    tests do) for a Trainer of this `config` dict. Call it before TensorFlow runs anything,
+    your data pipeline included; a Trainer built later finds them set."""
+    from amptrain import distribute
+
+    distribute.configure_devices(_config(dict(config or {})).runtime)
+
+
 def _config(values):
     """The run's Config from dotted `[precision]`, `[runtime]` and `[train]` keys."""
     from amptrain.config import config_from_dict
