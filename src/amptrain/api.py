@@ -142,13 +142,12 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice):
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
-    from amptrain.engine.build import seed
     from amptrain.engine.loop import Job, run_training
+    from amptrain.engine.probe_run import model_for_run
     from amptrain.precision import check_numerics
 
-    seed(config.runtime)
-    model, policy, _ = task.create_model(placement.strategy)
-    reason = choice["reason"]
+    model, policy, parts = model_for_run(task, placement.strategy, choice)  # the probe's winner, or built afresh
+    reason = choice.reason
     job = Job(
         model=model,
         loss_fn=task.loss,
@@ -160,6 +159,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice):
         has_test="test" in task.splits,
         learning_rates=task.learning_rate_scales,
         higher_is_better=task.higher_is_better,
+        parts=parts,
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)

@@ -3,9 +3,9 @@
     report = diagnose()            # versions, devices, XLA, TF32, the `auto` policy, warnings, peaks
     print(format_report(report))   # or json.dumps(report)
 
-The policy is the hardware rule (`precision.probe.rule`, the one a short run uses); a run
-with `precision.policy = "auto"` of `probe.MIN_STEPS` steps or more measures its
-candidates at its start instead (`precision/probe.py`). The matrix-product peaks are
+The policy is the hardware rule (`precision.probe.rule`, the one a run too short to repay
+a probe keeps); a longer run with `precision.policy = "auto"` measures its candidates at its
+start, within a budget, instead (`precision/probe.py`). The matrix-product peaks are
 measured once a machine and cached (`hardware/peaks.py`), for the bench and the MFU figures.
 """
 
@@ -23,6 +23,7 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
 
     from amptrain.config import Config
     from amptrain.precision import probe
+    from amptrain.precision.measurement import SHARE
 
     hardware = probe.Hardware.detect()
     config = Config()  # the defaults: policy and jit_compile "auto", every policy allowed
@@ -40,7 +41,7 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
         "jit_compile": chosen.jit_compile,
         "policy_reason": why,
         "auto_measures": {
-            "min_steps": probe.MIN_STEPS,
+            "budget_share": SHARE,
             "candidates": [c.label() for c in found],
             "excluded": excluded,
         },
@@ -56,35 +57,35 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
 
 
 def probe_config(path, overrides=()):
-    """What `precision.policy = "auto"` measures for the model of the config at `path`
-    (`engine/probe_run.py`, as a run of `probe.MIN_STEPS` steps or more would, without
-    its cache): each candidate's tokens/s and the choice."""
+    """What `precision.policy = "auto"` measures for the run the config at `path` plans
+    (`engine/probe_run.py`, within the same budget, without the cache): each candidate's
+    tokens/s (or why it was not built), the choice, what the probe cost and what it
+    expects to save against the hardware rule."""
     from amptrain import config as config_lib
     from amptrain import distribute
-    from amptrain.engine.probe_run import measure_candidates
+    from amptrain.engine.probe_run import measure_candidates, release
     from amptrain.precision import probe
     from amptrain.tasks import prepared_in_scratch
 
     config = config_lib.load_config(path, overrides)
     distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
     strategy = distribute.select_strategy(config.runtime).strategy
-    found, excluded = probe.candidates(config, probe.Hardware.detect())
     task = prepared_in_scratch(config)
     planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
-    measured = measure_candidates(task, config, strategy, found, planned, progress=lambda line: None)
-    chosen, why = probe.choose(
-        measured.results, found, estimate=lambda c, median: measured.run_seconds(c, median, planned)
-    )
+    plan, base = probe.plan_for(config, probe.Hardware.detect(), planned)
+    if isinstance(plan, probe.Decision):
+        decision = plan
+    else:
+        measured, trials = measure_candidates(task, config, strategy, plan, progress=lambda line: None)
+        release(trials.values())
+        decision = probe.conclude(plan, measured, "measured", base, None, None)
+    report = decision.to_json()
     return {
         "config": str(path),
-        "batch_shape": list(measured.batch_shape),
-        "seconds": round(measured.seconds, 1),
-        "planned_steps": planned,
-        "tokens_per_second": {c.label(): v for c, v in measured.results.items()},  # each round's, or the error
-        "compile_seconds": {c.label(): round(v, 2) for c, v in measured.compile_seconds.items()},
-        "choice": chosen.label() if chosen else None,
-        "why": why,
-        "excluded": excluded,
+        "choice": decision.candidate.label(),
+        "why": decision.reason,
+        **{k: report.get(k) for k in ("candidates", "probe_seconds", "expected_saving_seconds", "budget_seconds")},
+        **{k: report.get(k) for k in ("batch_shape", "planned_steps", "excluded")},
     }
 
 
@@ -182,7 +183,7 @@ def format_report(report):
     jit = "on" if report["jit_compile"] else "off"
     lines.append(f"policy auto -> {report['policy']}, XLA {jit} ({report['policy_reason']})")
     lines.append(
-        f"  a run of {auto['min_steps']} steps or more measures instead, at its start: "
+        f"  a run that can repay it measures at its start, within {auto['budget_share']:.0%} of its time: "
         f"{', '.join(auto['candidates'])}" + "".join(f"; not {label}: {why}" for label, why in auto["excluded"].items())
     )
     for dtype, peak in report["peaks"].items():
@@ -193,12 +194,13 @@ def format_report(report):
     if report.get("probe"):
         measured = report["probe"]
         lines.append(
-            f"probe of {measured['config']} (batches of {' x '.join(map(str, measured['batch_shape']))}, "
-            f"{measured['seconds']} s): {measured['choice']}, {measured['why']}"
+            f"probe of {measured['config']} (batches of {' x '.join(map(str, measured['batch_shape'] or ()))}, "
+            f"{measured['probe_seconds']} s, expected saving {measured['expected_saving_seconds']} s): "
+            f"{measured['choice']}, {measured['why']}"
         )
-        for label, speeds in measured["tokens_per_second"].items():
-            shown = speeds if isinstance(speeds, str) else ", ".join(f"{v:,.0f}" for v in speeds) + " tokens/s"
-            lines.append(f"  {label:<12} {shown}")
+        for row in measured["candidates"] or ():
+            shown = row.get("not_tried") or row.get("error") or ", ".join(f"{v:,.0f}" for v in row["rounds"])
+            lines.append(f"  {row['label']:<12} {shown}" + (" tokens/s" if row.get("rounds") else ""))
     return "\n".join(lines)
 
 

@@ -70,6 +70,9 @@ class Job:
     # `learning_rate_scales`; None: one rate for every variable
     learning_rates: Callable = None
     higher_is_better: bool = True  # of primary_metric (a loss is lower-is-better)
+    # The model's training parts when already built (`engine.build.TrainingParts`: the
+    # precision probe's winner, `engine/probe_run.py`), else built here.
+    parts: object = None
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None, choice=None):
@@ -77,7 +80,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     the strategy and why (`distribute.select_strategy`), whose replicas can share the
     global batch (`api` checks that before any work: `distribute.check_split`).
 
-    `choice`: the precision decision (`precision.probe.decide`) for the run record.
+    `choice`: the precision decision (`precision.probe.Decision`) for the run record.
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     write_dir = write_dir or run_dir
@@ -87,7 +90,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
         return _finished(run_dir, metrics_path, steps)
-    parts = build_training(
+    parts = job.parts or build_training(
         job.model, job.loss_fn, config, placement.strategy, policy, steps, learning_rates=job.learning_rates
     )
     checkpoints = Checkpoints(
@@ -103,7 +106,9 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
-    log.write({**record, "precision_choice": choice})
+    decided = choice.to_json() if choice is not None else None
+    probe_cost = {k: decided[k] for k in ("probe_seconds", "expected_saving_seconds")} if decided else {}
+    log.write({**record, **probe_cost, "precision_choice": decided})
     if not start_step:
         scalars.hyperparameters(config, policy)
     announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)

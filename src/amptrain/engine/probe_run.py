@@ -1,169 +1,216 @@
-"""The precision probe's measurement: a few compiled training steps of the run's own model
-on its own dominant batch shape, under each candidate (`precision/probe.py` decides).
+"""The precision probe, for real: each candidate's model and training parts built the way
+`amptrain fit` builds them (`engine.build`), compiled and timed on the task's probe batch
+(`Task.probe_batches`), and the winner handed to the run.
 
-    measured = measure_candidates(task, config, strategy, found, planned_steps=456)
-    measured.results  # {Candidate: [tokens/s of each round] or "error text"}
+    decision = decide_for_run(config, task, strategy, run_dir)   # a precision.probe.Decision
+    model, policy, parts = model_for_run(task, strategy, decision)
 
-Each candidate gets its own model and training parts, built the way `amptrain fit`
-builds them (`engine.build`), one compiling graph call and `WARMUP_CALLS` more. Then
-rounds, the candidates taking turns within a round so that a machine's slow spell hits them
-all: one graph call each that is not counted (on a Xeon every candidate's first round after
-its warm-up ran at a third of its later speed: spam config, 9,074 then 32,005-34,331
-tokens/s in float32), then up to `ROUNDS` counted rounds of at least `ROUND_STEPS` steps.
-After the first counted round a candidate under half the fastest's speed is dropped (it
-cannot win), and no round starts once the rounds have taken `ROUNDS_BUDGET` seconds or a
-`ROUNDS_SHARE` of the best candidate's estimated run, whichever is more.
-
-The cost, per candidate: building and compiling (10-25 s a candidate on the 2-core Xeon),
-then `steps_per_execution * (2 + WARMUP_CALLS)` + up to `ROUNDS * ROUND_STEPS` steps, on one
-batch shape (the run compiles the others as it meets them).
+`precision/probe.py` decides (cache, rule, tie) and `precision/measurement.py` schedules
+(order, budget, rounds); this module builds a `Trial` a candidate. A trial is built with
+the run's seed and planned steps, and its state (weights, dropout seeds, optimizer slots,
+counters, loss scale, weight average) is put back to what it was before its first step
+once it has won: the run then starts from it exactly as from a fresh build, without
+building and compiling again. The others are deleted and their memory returned to the
+system (`release`). Not kept: under check-numerics (the checks are added when a step is
+traced), and when the probe ran under another strategy than the run (the chief of several
+workers measures on its own device).
 """
 
+import dataclasses
 import gc
+import hashlib
 import logging
+import os
 import time
 
-from amptrain.precision.probe import apply
+from amptrain.precision import probe
+from amptrain.precision.measurement import SHARE, measure
 
 logger = logging.getLogger("amptrain")
 
-WARMUP_CALLS = 1
-ROUNDS = 3
-ROUND_STEPS = 4
-ROUNDS_BUDGET = 60.0
-ROUNDS_SHARE = 0.05
+ROUND_STEPS = 4  # steps a counted round, at least
 
 
-def dominant_batch(task):
-    """(dataset repeating one real training batch, its shape): the batch of the padded
-    length that carries the most padded tokens over an epoch, the shape most of a run's
-    time goes to."""
-    from amptrain.data.pipeline import plan_dataset
+class Trial:
+    """One candidate, built, compiled and warmed up: what `measurement.measure` times."""
 
-    split = task.splits["train"]
-    plan = task.plan(split, shuffle=True)
-    tokens, first = {}, {}
-    for step in range(plan.steps_per_epoch):
-        indices, length = plan.batch(step)[:2]
-        key = length if isinstance(length, int) else tuple(length)
-        tokens[key] = tokens.get(key, 0) + len(indices) * (sum(key) if isinstance(key, tuple) else key)
-        first.setdefault(key, step)
-    length = max(tokens, key=tokens.get)
-    step = first[length]
-    rows = len(plan.batch(step)[0])
+    def __init__(self, task, config, strategy, candidate, iterator, batch_shape, planned_steps, initial):
+        from amptrain.engine.build import build_training, seed
 
-    class One:
-        steps_per_epoch = 1
+        trial = probe.apply(config, candidate)
+        self.strategy, self.iterator, self.batch_shape = strategy, iterator, batch_shape
+        self.spe = config.runtime.steps_per_execution
+        self.calls = max(1, -(-ROUND_STEPS // self.spe))
+        began = time.perf_counter()
+        seed(trial.runtime)
+        self.model, _, _ = task.create_model(strategy, policy=candidate.policy)
+        self.parts = build_training(
+            self.model, task.loss, trial, strategy, candidate.policy, planned_steps, learning_rates=task.learning_rate_scales
+        )
+        self.initial = initial.share(_state(self.model, self.parts))
+        compiling = time.perf_counter()
+        self.parts.trainer.train(iterator, self.spe)
+        first = time.perf_counter() - compiling
+        ordinary = time.perf_counter()
+        totals = self.parts.trainer.train(iterator, self.spe)
+        now = time.perf_counter()
+        self.compile_seconds = max(0.0, first - 2 * (now - ordinary))
+        self.ready_seconds = now - began
+        self.tokens_per_step = float(totals["tokens"][0]) / self.spe
+        self.round_seconds = (now - ordinary) * self.calls
 
-        def batch(self, index):
-            return plan.batch(step)
+    def round(self):
+        """Tokens/s over `calls` graph calls."""
+        tokens, began = 0, time.perf_counter()
+        for _ in range(self.calls):
+            tokens += int(self.parts.trainer.train(self.iterator, self.spe)["tokens"][0])  # numpy: it has finished
+        self.round_seconds = time.perf_counter() - began
+        return tokens / self.round_seconds
 
-    dataset = plan_dataset(One(), task.batch_builder(split), task.signature()).repeat()
-    return dataset, (rows, *(length if isinstance(length, tuple) else (length,)))
+    def rewind(self):
+        """Every variable back to its value before the first step; False (and nothing
+        changed) if a variable appeared since."""
+        variables, values = _state(self.model, self.parts), self.initial.values()
+        if [tuple(v.shape) for v in variables] != [value.shape for value in values]:
+            return False
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return True
+
+    def release(self):
+        self.model = self.parts = self.iterator = self.initial = None
 
 
-def measure_candidates(task, config, strategy, found, planned_steps, progress=None):
-    """The `precision.probe.Measurement` of each candidate in `found`."""
-    import keras
+def _state(model, parts):
+    """Every variable a training step changes or a run starts from, in a fixed order."""
+    import tensorflow as tf
 
+    found = list(model.variables) + list(parts.optimizer.variables)
+    for value in parts.checkpoint_state().values():
+        if isinstance(value, tf.Module):
+            found += list(value.variables)
+        elif value is not None:
+            found.append(value)
+    return found
+
+
+class InitialState:
+    """The trials' state before their first step, kept once: every candidate is built from
+    the same seed with float32 variables, so their initial values are the same (checked by
+    a digest; a candidate whose state differs keeps its own)."""
+
+    def __init__(self):
+        self.digest, self.saved = None, None
+
+    def share(self, variables):
+        values = [v.numpy() for v in variables]
+        digest = hashlib.sha256()
+        for value in values:
+            digest.update(str((value.shape, value.dtype)).encode())
+            digest.update(value.tobytes())
+        if self.saved is None:
+            self.digest, self.saved = digest.hexdigest(), values
+            return self
+        if digest.hexdigest() == self.digest:
+            return self
+        own = InitialState()
+        own.digest, own.saved = digest.hexdigest(), values
+        return own
+
+    def values(self):
+        return self.saved
+
+
+class Built:
+    """The winner, rewound, until the run takes it (`model_for_run`)."""
+
+    def __init__(self, trial):
+        self.model, self.parts, self.strategy = trial.model, trial.parts, trial.strategy
+
+    def take(self, strategy):
+        """(model, parts) if built under `strategy`, else None; either way, let go."""
+        kept = (self.model, self.parts) if strategy is self.strategy and self.model is not None else None
+        self.model = self.parts = None
+        if kept is None:
+            release()
+        return kept
+
+
+def measure_candidates(task, config, strategy, plan, progress=None):
+    """(precision.measurement.Measurement, {Candidate: Trial still built}) for `plan`."""
     from amptrain.distribute import distribute_batches
-    from amptrain.precision.probe import Measurement
 
     progress = progress or logger.info
-    started = time.perf_counter()
-    dataset, shape = dominant_batch(task)
+    dataset, shape = task.probe_batches()
     iterator = iter(distribute_batches(strategy, lambda: dataset))
-    spe = config.runtime.steps_per_execution
-    calls = max(1, -(-ROUND_STEPS // spe))
     progress(
-        f"precision probe: {len(found)} candidates ({', '.join(c.label() for c in found)}) on batches of "
-        f"{' x '.join(map(str, shape))}, up to {ROUNDS} rounds of {calls * spe} steps each after warm-up"
+        f"precision probe: up to {len(plan.order)} candidates ({', '.join(c.label() for c in plan.order)}) on "
+        f"batches of {' x '.join(map(str, shape))}, within {SHARE:.0%} of the run's estimated time"
     )
-    trainers, results, compiles, tokens_per_step = {}, {}, {}, 0.0
-    for candidate in found:
-        try:
-            trainers[candidate], compiles[candidate], tokens_per_step = _ready(task, config, strategy, candidate,
-                                                                               iterator)  # fmt: skip
-            results[candidate] = []
-            progress(f"precision probe: {candidate.label()} compiled ({compiles[candidate]:.1f} s)")
-        except Exception as error:  # a candidate that cannot run here is reported, not fatal
-            results[candidate] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
-            progress(f"precision probe: {candidate.label()} failed ({results[candidate]})")
-    for trainer in trainers.values():  # the round that is not counted
-        _tokens_per_second(trainer, iterator, spe, 1)
-    rounds_began = time.perf_counter()
-    for round_index in range(ROUNDS):
-        for candidate, trainer in trainers.items():
-            results[candidate].append(_tokens_per_second(trainer, iterator, spe, calls))
-        if round_index == 0 and trainers:
-            for slow in _slow(results, trainers):
-                progress(f"precision probe: {slow.label()} under half the fastest's speed, not timed again")
-                del trainers[slow]
-            best_run = planned_steps * tokens_per_step / max(results[c][0] for c in trainers)
-            budget = max(ROUNDS_BUDGET, ROUNDS_SHARE * best_run)
-        if trainers and time.perf_counter() - rounds_began > budget:
-            break
-    trainers.clear()
-    keras.backend.clear_session()  # the run's model is named as if no probe had run
+    initial = InitialState()
+    plan = dataclasses.replace(plan, shapes=len(task.train_buckets()))  # XLA compiles once a bucket
+
+    def prepare(candidate):
+        return Trial(task, config, strategy, candidate, iterator, shape, plan.planned_steps, initial)
+
+    return measure(plan, prepare, progress=progress)
+
+
+def release(trials=()):
+    """Deletes `trials`, collects, and hands freed heap back to the system: glibc keeps
+    it otherwise, and the process's RSS stays as high as the probe's peak."""
+    for trial in list(trials):
+        trial.release()
     gc.collect()
-    shapes = len(task.train_buckets())
-    return Measurement(results, compiles, time.perf_counter() - started, shape, tokens_per_step, shapes)
+    try:
+        import ctypes
 
-
-def _ready(task, config, strategy, candidate, iterator):
-    """(trainer, seconds its first call took beyond an ordinary call's, real tokens a
-    step): the candidate's model and training parts, built, compiled and warmed up."""
-    from amptrain.engine.build import build_training, seed
-
-    trial = apply(config, {"policy": candidate.policy, "jit_compile": candidate.jit_compile})
-    seed(trial.runtime)
-    spe = config.runtime.steps_per_execution
-    began = time.perf_counter()
-    model, _, _ = task.create_model(strategy, policy=candidate.policy)
-    parts = build_training(
-        model, task.loss, trial, strategy, candidate.policy, total_steps=10**6, learning_rates=task.learning_rate_scales
-    )
-    parts.trainer.train(iterator, spe)
-    first = time.perf_counter() - began
-    for _ in range(WARMUP_CALLS):
-        began = time.perf_counter()
-        totals = parts.trainer.train(iterator, spe)
-        ordinary = time.perf_counter() - began
-    return parts.trainer, max(0.0, first - ordinary), float(totals["tokens"][0]) / spe
-
-
-def _tokens_per_second(trainer, iterator, spe, calls):
-    tokens, began = 0, time.perf_counter()
-    for _ in range(calls):
-        tokens += int(trainer.train(iterator, spe)["tokens"][0])  # numpy: the call has finished
-    return tokens / (time.perf_counter() - began)
-
-
-def _slow(results, timed):
-    """The timed candidates whose first round ran under half the fastest's speed."""
-    fastest = max(results[c][0] for c in timed)
-    return [c for c in list(timed) if results[c][0] < fastest / 2]
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the memory is free for the process all the same
+        pass
 
 
 def decide_for_run(config, task, strategy, run_dir, write=True):
-    """The run's precision decision (`precision.probe.decide`): the run folder's on resume,
-    else named, rule, cached or measured here under `strategy`; written to the run
+    """The run's `precision.probe.Decision`: the run folder's on resume, else named, cached
+    or measured here under `strategy`, the winner kept for the run; written to the run
     folder's `precision.json` when `write` (the chief)."""
-    import os
-
-    from amptrain.precision import probe
-
     path = os.path.join(run_dir, probe.RECORD_FILE)
     hardware = probe.Hardware.detect()
     planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
-    record = probe.decide(
+    trials = {}
+
+    def measure_here(plan):
+        measured, built = measure_candidates(task, config, strategy, plan)
+        trials.update(built)
+        return measured
+
+    decision = probe.decide(
         config,
         hardware,
         planned,
-        key_fn=lambda found: probe.cache_key(hardware, config, dominant_batch(task)[1], found),
-        measure=lambda found: measure_candidates(task, config, strategy, found, planned),
+        key_fn=lambda found: probe.cache_key(hardware, config, task.probe_batches()[1], found),
+        measure=measure_here,
         recorded=probe.read_record(path),
     )
+    winner = trials.pop(decision.candidate, None)
+    release(trials.values())
+    if winner is not None and not config.runtime.check_numerics and winner.rewind():
+        decision = dataclasses.replace(decision, built=Built(winner))
+    elif winner is not None:
+        release([winner])
     if write:
-        probe.write_record(path, record)
-    return record
+        probe.write_record(path, decision)
+    return decision
+
+
+def model_for_run(task, strategy, decision):
+    """(model, policy, training parts or None): the probe's winner if it was kept for
+    `strategy`, else the model built afresh from the run's seed (`engine.build.seed`)."""
+    from amptrain.engine.build import seed
+
+    kept = decision.built.take(strategy) if decision.built is not None else None
+    if kept is not None:
+        return kept[0], decision.policy, kept[1]
+    seed(task.config.runtime)
+    model, policy, _ = task.create_model(strategy)
+    return model, policy, None

@@ -8,6 +8,7 @@
     task.evaluate("dev", model, predict, quick=True)  # between training steps
     task.evaluate("test", model, predict, "runs/x/predictions-test")
     task.predict_texts(["see you at lunch"], model, predict)
+    dataset, shape = task.probe_batches()             # the batch the precision probe times
 
 A task knows its data, model, loss and scores; it knows no strategy, optimizer or
 checkpoint. The engine knows no task: `api` hands it what a task built (`engine.loop.Job`).
@@ -137,6 +138,15 @@ class Task(abc.ABC):
     def train_dataset(self, start_step):
         """The endless `tf.data.Dataset` of training batches from batch `start_step` on: batch
         N is a pure function of (seed, N), so resuming is starting at the checkpoint's step."""
+
+    def probe_batches(self):
+        """(endless `tf.data.Dataset` repeating one real training batch, its shape): what
+        the precision probe times a candidate on (`engine/probe_run.py`), the batch shape
+        most of a run's time goes to. A task without it cannot use `precision.policy = "auto"`
+        with more than one candidate."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.probe_batches: not implemented; name precision.policy and runtime.jit_compile"
+        )
 
     @abc.abstractmethod
     def train_buckets(self):

@@ -172,6 +172,31 @@ class TextTask(Task):
         rows = rows if isinstance(rows, list) else [rows] * len(self.boundaries)
         return list(zip(self.boundaries, rows))
 
+    def probe_batches(self):
+        """The batch of the padded length that carries the most padded tokens over an epoch."""
+        from amptrain.data.pipeline import plan_dataset
+
+        split = self.splits["train"]
+        plan = self.plan(split, shuffle=True)
+        tokens, first = {}, {}
+        for step in range(plan.steps_per_epoch):
+            indices, length = plan.batch(step)[:2]
+            key = length if isinstance(length, int) else tuple(length)
+            tokens[key] = tokens.get(key, 0) + len(indices) * (sum(key) if isinstance(key, tuple) else key)
+            first.setdefault(key, step)
+        length = max(tokens, key=tokens.get)
+        step = first[length]
+        rows = len(plan.batch(step)[0])
+
+        class One:
+            steps_per_epoch = 1
+
+            def batch(self, index):
+                return plan.batch(step)
+
+        dataset = plan_dataset(One(), self.batch_builder(split), self.signature()).repeat()
+        return dataset, (rows, *(length if isinstance(length, tuple) else (length,)))
+
     def plan(self, split, shuffle):
         """The split's batch plan: shuffled (training) or in file order."""
         rows = self.batch_rows(split.boundaries)
