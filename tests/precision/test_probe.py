@@ -2,13 +2,14 @@
 with a fake measurement, the cache and the run-folder record; once for real on a tiny
 model (`engine/probe_run.py`)."""
 
+import dataclasses
 import json
 import os
 
 import pytest
 
 from amptrain import config as config_lib
-from amptrain.precision import probe
+from amptrain.precision import measurement, probe
 from amptrain.precision.probe import Candidate, Hardware
 
 AMX = Hardware(cpu_flags=frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}), cpu_model="Xeon", cores=2)
@@ -89,9 +90,9 @@ class FakeMeasure:
     def __init__(self, speeds, compile_seconds=None, shapes=6):
         self.speeds, self.compiles, self.shapes, self.calls = speeds, compile_seconds or {}, shapes, 0
 
-    def __call__(self, found):
+    def __call__(self, plan):
         self.calls += 1
-        results = {c: self.speeds[c] for c in found}
+        results = {c: self.speeds[c] for c in getattr(plan, "order", plan)}
         return probe.Measurement(results, dict(self.compiles), 12.5, (32, 128), 1000.0, self.shapes)
 
 
@@ -121,63 +122,168 @@ def test_measured_once_then_cached_then_reused_from_the_run_folder(tmp_path, mon
         {F32: [100, 100, 100], F32X: [110] * 3, BF16: [200, 190, 210], BF16X: "XlaError: no", BF16F: [180] * 3}
     )
     first = decide(cfg, measure)
-    assert (first["policy"], first["jit_compile"], first["source"]) == ("mixed_bfloat16", False, "measured")
-    assert [c["tokens_per_second"] for c in first["candidates"]] == [100, 110, 200, None, 180]
-    assert first["planned_steps"] == 1000 and first["tokens_per_step"] == 1000.0
-    assert first["candidates"][3]["error"] == "XlaError: no"
+    assert (first.policy, first.jit_compile, first.source) == ("mixed_bfloat16", False, "measured")
+    # built in the measuring order: the rule's choice (bf16 on AMX) first, XLA last
+    shown = {c["label"]: c["tokens_per_second"] for c in first.to_json()["candidates"]}
+    assert list(shown) == ["bf16", "float32", "float32+XLA", "bf16+XLA", "bf16+fusible"]
+    assert shown == {"bf16": 200, "float32": 100, "float32+XLA": 110, "bf16+XLA": None, "bf16+fusible": 180}
+    assert first.planned_steps == 1000 and first.measurement.tokens_per_step == 1000.0
+    assert first.measurement.results[BF16X] == "XlaError: no"
+    # the rule's choice won: nothing saved, and the probe's cost is its measurement's
+    assert first.expected_saving_seconds == 0 and first.probe_seconds == 12.5
     assert probe.summary(first).startswith(
-        "precision probe (measured in 12.5 s), tokens/s: "
-        "float32 100, float32+XLA 110, bf16 200, bf16+XLA failed, bf16+fusible 180 -> bf16"
+        "precision probe (measured in 12.5 s; expected saving ~0 s), tokens/s: "
+        "bf16 200, float32 100, float32+XLA 110, bf16+XLA failed, bf16+fusible 180 -> bf16"
     )
     second = decide(cfg, measure)  # the same config on the same machine: the cache, no measurement
-    assert measure.calls == 1 and second["source"] == "cache"
-    assert (second["policy"], second["jit_compile"]) == (first["policy"], first["jit_compile"])
+    assert measure.calls == 1 and second.source == "cache" and second.probe_seconds == 0
+    assert (second.policy, second.jit_compile) == (first.policy, first.jit_compile)
     # another model is another key
     decide(config(runtime__jit_compile="auto", model__hidden_dim=128), measure)
     assert measure.calls == 2
     # a resume takes the run folder's decision, whatever the cache says now
     (tmp_path / "cache").rename(tmp_path / "gone")
-    resumed = decide(cfg, measure, recorded={**first, "source": "measured"})
-    assert measure.calls == 2 and resumed["source"] == "run folder" and resumed["policy"] == "mixed_bfloat16"
-    # a short run measures nothing, but a cached measurement of its model decides it
+    probe.write_record(str(tmp_path / "run" / probe.RECORD_FILE), first)
+    recorded = probe.read_record(str(tmp_path / "run" / probe.RECORD_FILE))
+    assert recorded == first  # precision.json reads back as the Decision it was
+    resumed = decide(cfg, measure, recorded=recorded)
+    assert measure.calls == 2 and resumed.source == "run folder" and resumed.policy == "mixed_bfloat16"
+    # a short run, with a cached measurement of its model that left nothing out: the cache decides
     (tmp_path / "gone").rename(tmp_path / "cache")
     short = decide(config(runtime__jit_compile="auto", model__hidden_dim=128), measure, steps=10)
-    assert (short["source"], short["policy"], short["jit_compile"]) == ("cache", "mixed_bfloat16", False)
-    assert measure.calls == 2 and short["reason"].startswith("shortest estimated run: bf16 200 tokens/s")
+    assert (short.source, short.policy, short.jit_compile) == ("cache", "mixed_bfloat16", False)
+    assert measure.calls == 2 and short.reason.startswith("shortest estimated run: bf16 200 tokens/s")
 
 
 def test_a_fusible_choice_is_recorded_and_applied_as_the_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
     cfg = config(runtime__jit_compile="auto")
     speeds = {F32: [100], F32X: [110], BF16: [200], BF16X: [90], BF16F: [240]}
-    record = json.loads(json.dumps(decide(cfg, FakeMeasure(speeds))))  # as precision.json holds it
+    record = json.loads(json.dumps(decide(cfg, FakeMeasure(speeds)).to_json()))  # as precision.json holds it
     assert (record["policy"], record["jit_compile"]) == ("mixed_bfloat16", "fusible")
-    assert "-> bf16+fusible: shortest estimated run" in probe.summary(record)
-    applied = probe.apply(cfg, record)
+    assert record["expected_saving_seconds"] > 0 and record["probe_seconds"] == 12.5
+    decision = probe.Decision.from_json(record)
+    assert "-> bf16+fusible: shortest estimated run" in probe.summary(decision)
+    applied = probe.apply(cfg, decision)
     assert (applied.precision.policy, applied.runtime.jit_compile) == ("mixed_bfloat16", "fusible")
-    assert probe.apply(cfg, {"policy": "float32", "jit_compile": True}).runtime.jit_compile is True
+    assert probe.apply(cfg, Candidate("float32", True)).runtime.jit_compile is True
     cached = decide(cfg, FakeMeasure({}))  # read back from the cache: the mode, not a bool
-    assert (cached["source"], cached["jit_compile"]) == ("cache", "fusible")
+    assert (cached.source, cached.jit_compile) == ("cache", "fusible")
 
 
-def test_no_measurement_when_named_alone_or_short(tmp_path, monkeypatch):
+def test_no_measurement_when_named_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
     measure = FakeMeasure({})
     named = decide(config(precision__policy="mixed_bfloat16", runtime__jit_compile=False), measure)
-    assert (named["policy"], named["jit_compile"], named["source"]) == ("mixed_bfloat16", False, "named")
+    assert (named.policy, named.jit_compile, named.source) == ("mixed_bfloat16", False, "named")
+    assert named.probe_seconds == 0 and named.expected_saving_seconds is None
     alone = decide(config(runtime__jit_compile=True), measure, hardware=AVX2, steps=10)  # float32 is all there is
-    assert (alone["policy"], alone["jit_compile"], alone["source"]) == ("float32", True, "named")
-    short = decide(config(runtime__jit_compile="auto"), measure, steps=probe.MIN_STEPS - 1)
-    assert (short["policy"], short["jit_compile"], short["source"]) == ("mixed_bfloat16", False, "rule")
-    assert "too short to pay for a probe" in short["reason"]
+    assert (alone.policy, alone.jit_compile, alone.source) == ("float32", True, "named")
     assert measure.calls == 0 and not os.listdir(tmp_path)
 
 
 def test_every_candidate_failing_falls_back_to_the_rule(tmp_path, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
     record = decide(config(runtime__jit_compile=False), FakeMeasure({F32: "a", BF16: "b"}), hardware=AMX)
-    assert (record["policy"], record["source"]) == ("mixed_bfloat16", "measured")
-    assert record["reason"].startswith("every candidate failed; CPU with amx_bf16 and avx512_bf16")
+    assert (record.policy, record.source) == ("mixed_bfloat16", "measured")
+    assert record.reason.startswith("every candidate failed; CPU with amx_bf16 and avx512_bf16")
+
+
+class Clock:
+    """The probe's clock, moved on by the fake trials."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeTrial:
+    """A candidate that takes `ready` seconds to build and runs at `speed` tokens/s,
+    1,000 real tokens a step, four steps a round."""
+
+    def __init__(self, clock, speed, ready):
+        clock.now += ready
+        self.clock, self.speed, self.ready_seconds, self.compile_seconds = clock, speed, ready, ready * 0.8
+        self.tokens_per_step, self.batch_shape, self.released = 1000.0, (32, 128), False
+        self.round_seconds = 4 * 1000 / speed
+
+    def round(self):
+        self.clock.now += self.round_seconds
+        return self.speed
+
+    def release(self):
+        self.released = True
+
+
+def fake_probe(speeds, ready, steps, shapes=1):
+    """(decision, the trials built, their order) of a real `measurement.measure` over fake
+    trials: `speeds` and `ready` seconds by candidate, a run of `steps` steps on AMX."""
+    clock, built = Clock(), {}
+
+    def prepare(candidate):
+        built[candidate] = FakeTrial(clock, speeds[candidate], ready[candidate])
+        return built[candidate]
+
+    def measure(plan):
+        return measurement.measure(dataclasses.replace(plan, shapes=shapes), prepare, clock)[0]
+
+    return decide(config(runtime__jit_compile="auto"), measure, steps=steps), built
+
+
+ALL = [F32, F32X, BF16, BF16X, BF16F]
+
+
+def test_a_run_too_short_to_repay_the_probe_keeps_the_rules_choice(tmp_path, monkeypatch):
+    """300 steps at 100,000 tokens/s are 3 s of steps: another candidate (5 s to build)
+    cannot repay itself, so only the rule's choice is built, timed, and kept."""
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
+    decision, built = fake_probe({c: 100_000 for c in ALL}, {c: 5.0 for c in ALL}, steps=300)
+    assert list(built) == [BF16]  # the rule's, and nothing else
+    assert (decision.policy, decision.jit_compile, decision.source) == ("mixed_bfloat16", False, "rule")
+    not_tried = decision.measurement.not_tried
+    assert set(not_tried) == {F32, F32X, BF16X, BF16F} and all("cannot repay" in w for w in not_tried.values())
+    assert "not built (cannot repay" in decision.reason and decision.expected_saving_seconds == 0
+    # its cost: one build (which the run takes over) and two rounds of 0.04 s
+    assert decision.probe_seconds == pytest.approx(5.08)
+    rows = {r["label"]: r for r in decision.to_json()["candidates"]}
+    assert rows["float32"]["tokens_per_second"] is None and "cannot repay" in rows["float32"]["not_tried"]
+
+
+def test_a_budget_that_covers_two_candidates(tmp_path, monkeypatch):
+    """A run of ~1,005 s: a budget of 10%, 100 s. bf16 (the rule's, 5 s) and float32 (60 s)
+    fit; then an XLA candidate, estimated at twice the slowest build (120 s), does not."""
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
+    speeds = {BF16: 2000.0, F32: 1900.0, F32X: 2100.0, BF16X: 2100.0, BF16F: 2100.0}
+    ready = {BF16: 5.0, F32: 60.0, F32X: 10.0, BF16X: 10.0, BF16F: 10.0}
+    decision, built = fake_probe(speeds, ready, steps=2000)
+    assert list(built) == [BF16, F32]
+    assert decision.measurement.budget_seconds == pytest.approx(100.5)
+    assert all(w.startswith("not tried: the budget (100 s, 10% of the ~1,005 s run)")
+               for w in decision.measurement.not_tried.values())  # fmt: skip
+    assert set(decision.measurement.not_tried) == {F32X, BF16X, BF16F}
+    # the tie rule still holds among what was timed: float32 (1,900) is not within 3% of bf16
+    assert decision.candidate == BF16 and decision.source == "measured"
+    # three rounds each, taking turns after the first: within the budget
+    assert [len(decision.measurement.results[c]) for c in (BF16, F32)] == [3, 3]
+    # the budget counts from the first candidate ready (the run would build that one anyway)
+    assert 5 + 60 < decision.probe_seconds <= 5 + decision.measurement.budget_seconds
+    # a longer run's budget would cover more: the cache does not decide it, a new probe does
+    assert not decision.measurement.covers(20_000) and decision.measurement.covers(2000)
+
+
+def test_the_first_timings_rule_out_hopeless_xla_candidates(tmp_path, monkeypatch):
+    """On AMX float32 at a third of bf16's speed: whole XLA runs bf16 products as float32
+    ones, so bf16+XLA and float32+XLA can reach at most 1.5x float32's, under bf16's; they
+    are not compiled. bf16+fusible keeps bf16's products and is tried, and wins here."""
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
+    speeds = {BF16: 3000.0, F32: 1000.0, F32X: 1100.0, BF16X: 1100.0, BF16F: 3300.0}
+    decision, built = fake_probe(speeds, {c: 5.0 for c in ALL}, steps=100_000, shapes=6)
+    assert list(built) == [BF16, F32, BF16F]
+    assert {c for c, w in decision.measurement.not_tried.items() if w.startswith("hopeless")} == {F32X, BF16X}
+    assert decision.candidate == BF16F and decision.expected_saving_seconds > 0
+    assert built[F32].released  # under half the fastest after its first round: let go at once
 
 
 def test_the_rule_keeps_xla_off_on_a_cpu_and_within_allow():
@@ -197,32 +303,57 @@ def test_config_keys_are_checked():
         config(precision__policy="mixed_float16", precision__allow=["float32"])
 
 
-@pytest.mark.slow  # four candidates compiled and timed: about a minute
+@pytest.mark.slow  # the candidates compiled and timed, and two short fits: about a minute
 def test_a_real_probe_on_a_tiny_model(tiny, tmp_path, monkeypatch):
     """The real measurement: both precisions and XLA on and off, timed, and the fit that
-    follows trains with the choice, recorded in the run folder and the run record."""
+    follows trains with the choice, recorded in the run folder and the run record. The
+    winner's model and compiled step are the run's: it trains exactly as a run with the
+    choice named, which builds afresh."""
     import amptrain
+    from amptrain.engine import loop
 
-    monkeypatch.setattr(probe, "MIN_STEPS", 1)
+    monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    built_by_the_loop = []
+    build = loop.build_training
+    monkeypatch.setattr(loop, "build_training", lambda *a, **k: built_by_the_loop.append(1) or build(*a, **k))
     run = tmp_path / "run"
     amptrain.fit(
         str(tiny / "tiny.toml"), {"runtime.jit_compile": "auto", "precision.allow": ["float32", "mixed_bfloat16"],
-                      "train.steps": 4}, run_dir=str(run))  # fmt: skip
+                      "train.steps": 8}, run_dir=str(run))  # fmt: skip
     record = json.loads((run / "precision.json").read_text())
     found = {c["label"]: c["tokens_per_second"] for c in record["candidates"]}
     half = {"bf16", "bf16+XLA", "bf16+fusible"}
     assert set(found) == {"float32", "float32+XLA", *half} or set(found) == {"float32", "float32+XLA"}
     assert all(v > 0 for v in found.values())
-    # The shortest estimated run of what was measured (for 4 steps, mostly the compile
+    assert record["probe_seconds"] > 0 and record["expected_saving_seconds"] is not None
+    # The shortest estimated run of what was measured (for 8 steps, mostly the compile
     # times): not necessarily the fastest step, and which one depends on the machine's load.
-    measured = probe.Measurement.from_json(record)
+    decision = probe.Decision.from_json(record)
+    measured = decision.measurement
     expected, _ = probe.choose(
         measured.results, estimate=lambda c, median: measured.run_seconds(c, median, record["planned_steps"])
     )
-    assert Candidate(record["policy"], record["jit_compile"]) == expected
+    assert decision.candidate == expected and decision.source == "measured"
+    assert built_by_the_loop == []  # the run took the probe's winner
     with open(run / "metrics.jsonl") as f:
-        run_record = next(r for r in map(json.loads, f) if r["kind"] == "run")
+        probed = [json.loads(line) for line in f]
+    run_record = next(r for r in probed if r["kind"] == "run")
     assert (run_record["policy"], run_record["jit_compile"]) == (record["policy"], record["jit_compile"])
     assert run_record["precision_choice"]["candidates"] == record["candidates"]
+    assert run_record["probe_seconds"] == record["probe_seconds"]
     assert os.listdir(tmp_path / "cache" / "probe") == [record["key"] + ".json"]
+    # the same run with the choice named: no probe, a fresh build, the same losses and scores
+    amptrain.fit(
+        str(tiny / "tiny.toml"), {"precision.policy": record["policy"], "runtime.jit_compile": record["jit_compile"],
+                      "precision.allow": ["float32", "mixed_bfloat16"], "train.steps": 8},
+        run_dir=str(tmp_path / "named"))  # fmt: skip
+    assert built_by_the_loop == [1]
+    with open(tmp_path / "named" / "metrics.jsonl") as f:
+        named = [json.loads(line) for line in f]
+
+    def scores(records):
+        return [(r["kind"], r.get("step"), r.get("loss"), r.get("grad_norm"), r.get("accuracy")) for r in records
+                if r["kind"] in ("train", "eval")]  # fmt: skip
+
+    assert scores(named) == scores(probed) and any(r["kind"] == "train" for r in named)

@@ -29,6 +29,10 @@ XLA_COMPILE_FACTOR = 2.0
 # XLA (whole or fusible) has made a step at most ~1.1x faster than the same policy without
 # it on the CPUs measured (make demo: 81,402 against 79,035 tokens/s); 1.5 leaves room.
 MAX_XLA_GAIN = 1.5
+# The most another candidate has sped a step up over the rule's choice: bf16 over float32
+# on an AMX Xeon, ~2.5x at the spam config's shape. A candidate that would not repay its
+# cost even at this speed-up is not built.
+MAX_SPEEDUP = 3.0
 ROUNDS = 3  # counted rounds at most, the first right after a candidate's uncounted call
 
 
@@ -162,9 +166,15 @@ class Budget:
         """Why `candidate` is not built (None: build it). `speeds`: {Candidate: tokens/s} so far."""
         ready = self.ready_estimate(candidate)
         best = max(speeds.values())
+        cost = ready + 2 * self.round_seconds
+        steps = self.plan.planned_steps * self.tokens_per_step
+        if cost > steps / best * (1 - 1 / MAX_SPEEDUP):
+            return (
+                f"cannot repay: building and timing it (~{cost:,.0f} s) costs more than it could save "
+                f"on a run of ~{steps / best:,.0f} s of steps"
+            )
         bound = self._bound(candidate, speeds)
         if bound is not None:
-            steps = self.plan.planned_steps * self.tokens_per_step
             compiles = self.plan.shapes if candidate.jit_compile else 1
             at_best = min(self.ready_estimate(c) + steps / s for c, s in speeds.items())
             at_most = compiles * ready + steps / bound
@@ -173,7 +183,6 @@ class Budget:
                     f"hopeless: at most {bound:,.0f} tokens/s against {best:,.0f} measured, "
                     f"a run of at least ~{at_most:,.0f} s against ~{at_best:,.0f} s"
                 )
-        cost = ready + 2 * self.round_seconds
         if self.spent() + cost > self.seconds:
             return (
                 f"not tried: the budget ({self.seconds:,.0f} s, {SHARE:.0%} of the ~{self.run_seconds:,.0f} s run) "
@@ -198,8 +207,8 @@ def measure(plan, prepare, clock=time.perf_counter, progress=lambda line: None):
     """(Measurement, {Candidate: Trial still built}). `prepare(candidate)` -> a Trial with
     `ready_seconds`, `compile_seconds`, `tokens_per_step`, `batch_shape`, `round_seconds`,
     `round() -> tokens/s` (a few steps) and `release()`. Each candidate built gets one uncounted
-    call and a counted round at once; the rounds that follow take turns among those left,
-    while the budget lasts."""
+    call and a counted round at once; the rounds that follow take turns among those left
+    (two or more: one alone has nothing to be compared with), while the budget lasts."""
     began, budget = clock(), Budget(plan, clock)
     trials, results, compiles, not_tried, shape, tokens_per_step = {}, {}, {}, {}, (), 0.0
     for candidate in plan.order:
@@ -227,7 +236,7 @@ def measure(plan, prepare, clock=time.perf_counter, progress=lambda line: None):
                  f"(compiled in {trial.compile_seconds:.1f} s)")  # fmt: skip
     _drop_slow(trials, results, progress)
     for _ in range(ROUNDS - 1):
-        if not trials or budget.spent() + len(trials) * budget.round_seconds > budget.seconds:
+        if len(trials) < 2 or budget.spent() + len(trials) * budget.round_seconds > budget.seconds:
             break
         for candidate, trial in trials.items():
             results[candidate].append(trial.round())
