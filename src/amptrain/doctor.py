@@ -17,7 +17,7 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_b
 
 
 def diagnose(measure_peaks=True, measure=None, refresh=False):
-    """The report as a JSON-ready dict. `measure`: the peak measurement (`bench.peaks`'s
+    """The report as a JSON-ready dict. `measure`: the peak measurement (`hardware.peaks`'s
     by default; tests pass a quick one); `refresh` measures again instead of the cache."""
     import tensorflow as tf
 
@@ -77,7 +77,7 @@ def probe_config(path, overrides=()):
         decision = plan
     else:
         measured, trials = measure_candidates(task, config, strategy, plan, progress=lambda line: None)
-        release(trials.values())
+        release(trials.values(), fresh_names=True)
         decision = probe.conclude(plan, measured, "measured", base, None, None)
     report = decision.to_json()
     return {

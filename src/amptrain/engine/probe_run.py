@@ -132,7 +132,7 @@ class Built:
         kept = (self.model, self.parts) if strategy is self.strategy and self.model is not None else None
         self.model = self.parts = None
         if kept is None:
-            release()
+            release(fresh_names=True)
         return kept
 
 
@@ -156,11 +156,18 @@ def measure_candidates(task, config, strategy, plan, progress=None):
     return measure(plan, prepare, progress=progress)
 
 
-def release(trials=()):
+def release(trials=(), fresh_names=False):
     """Deletes `trials`, collects, and hands freed heap back to the system: glibc keeps
-    it otherwise, and the process's RSS stays as high as the probe's peak."""
+    it otherwise, and the process's RSS stays as high as the probe's peak. `fresh_names`:
+    nothing of the probe is kept, so Keras's global state is reset too and the run's
+    model is named as without a probe (never under a kept winner: it would lose its
+    names' counters and policy state mid-run)."""
     for trial in list(trials):
         trial.release()
+    if fresh_names:
+        import keras
+
+        keras.backend.clear_session()
     gc.collect()
     try:
         import ctypes
@@ -193,11 +200,14 @@ def decide_for_run(config, task, strategy, run_dir, write=True):
         recorded=probe.read_record(path),
     )
     winner = trials.pop(decision.candidate, None)
-    release(trials.values())
-    if winner is not None and not config.runtime.check_numerics and winner.rewind():
+    keep = winner is not None and not config.runtime.check_numerics and winner.rewind()
+    if trials or winner is not None:  # something was built here
+        dropped = [*trials.values(), *([winner] if winner is not None and not keep else [])]
+        release(dropped, fresh_names=not keep)
+    if keep:
         decision = dataclasses.replace(decision, built=Built(winner))
-    elif winner is not None:
-        release([winner])
+        winner.release()  # and with it the copy of its initial state: its variables hold it now
+        release()
     if write:
         probe.write_record(path, decision)
     return decision
