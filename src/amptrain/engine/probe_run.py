@@ -28,7 +28,10 @@ from amptrain.precision.measurement import SHARE, measure
 
 logger = logging.getLogger("amptrain")
 
-ROUND_STEPS = 4  # steps a counted round, at least
+# A counted round: graph calls of `ROUND_STEPS` steps in all, fewer when one call alone
+# lasts `ROUND_SECONDS` (a MiniLM step on 2 cores takes ~3 s: four would make every round 12 s).
+ROUND_STEPS = 4
+ROUND_SECONDS = 1.0
 
 
 class Trial:
@@ -40,7 +43,6 @@ class Trial:
         trial = probe.apply(config, candidate)
         self.strategy, self.iterator, self.batch_shape = strategy, iterator, batch_shape
         self.spe = config.runtime.steps_per_execution
-        self.calls = max(1, -(-ROUND_STEPS // self.spe))
         began = time.perf_counter()
         seed(trial.runtime)
         self.model, _, _ = task.create_model(strategy, policy=candidate.policy)
@@ -57,10 +59,12 @@ class Trial:
         self.compile_seconds = max(0.0, first - 2 * (now - ordinary))
         self.ready_seconds = now - began
         self.tokens_per_step = float(totals["tokens"][0]) / self.spe
-        self.round_seconds = (now - ordinary) * self.calls
+        call = now - ordinary
+        self.calls = max(1, min(-(-ROUND_STEPS // self.spe), int(-(-ROUND_SECONDS // call))))
+        self.round_seconds = call * self.calls
 
     def round(self):
-        """Tokens/s over `calls` graph calls."""
+        """Tokens/s over one round's graph calls."""
         tokens, began = 0, time.perf_counter()
         for _ in range(self.calls):
             tokens += int(self.parts.trainer.train(self.iterator, self.spe)["tokens"][0])  # numpy: it has finished
