@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import statistics
 
 from amptrain.precision.candidates import (  # noqa: F401 (the probe's vocabulary, imported from here)
     SHORT_NAMES,
@@ -37,7 +36,7 @@ from amptrain.precision.candidates import (  # noqa: F401 (the probe's vocabular
     measuring_order,
     rule,
 )
-from amptrain.precision.measurement import Measurement, Plan
+from amptrain.precision.measurement import Measurement, Plan, speed
 
 # Medians within this fraction of the fastest are a tie, won by the earlier candidate in
 # `candidates`' order: float32 before bf16 before fp16, XLA off before on. Mixed precision
@@ -139,21 +138,21 @@ def conclude(plan, measured, source, base, key, path):
     """The `Decision` from `measured`: the shortest estimated run among what was timed
     (the tie rule), the rule's choice when only it was timed, or the rule when nothing ran."""
 
-    def estimate(c, median):
-        return measured.run_seconds(c, median, plan.planned_steps)
+    def estimate(c, tokens_per_second):
+        return measured.run_seconds(c, tokens_per_second, plan.planned_steps)
 
     chosen, why = choose(measured.results, plan.found, estimate=estimate)
     first = plan.order[0]
-    timed = set(measured.medians())
+    timed = set(measured.speeds())
     if chosen is None:  # nothing ran: the rule decides, and the run will say what fails
         chosen, why = first, f"{why}; {plan.rule_why}"
     elif timed == {first} and measured.not_tried:
         source = "rule" if source == "measured" else source
         why = f"{plan.rule_why}; the others not built ({next(iter(measured.not_tried.values()))})"
-    medians = measured.medians()
+    speeds = measured.speeds()
     saving = None
-    if first in medians and chosen in medians:
-        saving = estimate(first, medians[first]) - estimate(chosen, medians[chosen])
+    if first in speeds and chosen in speeds:
+        saving = estimate(first, speeds[first]) - estimate(chosen, speeds[chosen])
     return Decision(
         chosen.policy, chosen.jit_compile, source, why, **base, measurement=measured,
         probe_seconds=measured.seconds if source in ("measured", "rule") else 0.0,
@@ -171,24 +170,24 @@ def _read_measurement(path):
 
 def choose(results, order=None, estimate=None):
     """(Candidate or None, why) from {Candidate: [tokens/s of each round] or an error
-    string}: the fastest median, or with `estimate(candidate, median) -> seconds`, the
+    string}: the fastest (`measurement.speed`), or with `estimate(candidate, tokens/s) -> seconds`, the
     shortest estimated run; the earlier candidate in `order` (default: the dict's order)
     within `TIE` of it. None when every candidate failed."""
     order = list(order or results)
-    medians = {c: statistics.median(v) for c, v in results.items() if not isinstance(v, str) and v}
-    medians = {c: m for c, m in medians.items() if m > 0}
-    if not medians:
+    speeds = {c: speed(v) for c, v in results.items() if not isinstance(v, str) and v}
+    speeds = {c: m for c, m in speeds.items() if m > 0}
+    if not speeds:
         return None, "every candidate failed"
     if estimate is None:
-        score = {c: 1 / m for c, m in medians.items()}  # lower is better
+        score = {c: 1 / m for c, m in speeds.items()}  # lower is better
     else:
-        score = {c: estimate(c, m) for c, m in medians.items()}
+        score = {c: estimate(c, m) for c, m in speeds.items()}
     best = min(score, key=score.get)
     chosen = next(c for c in order if c in score and score[c] <= score[best] * (1 + TIE))
     runner_up = min((c for c in score if c != chosen), key=score.get, default=None)
 
     def shown(c):
-        return f"{c.label()} {medians[c]:,.0f} tokens/s" + (f", run ~{score[c]:,.0f} s" if estimate else "")
+        return f"{c.label()} {speeds[c]:,.0f} tokens/s" + (f", run ~{score[c]:,.0f} s" if estimate else "")
 
     what = "shortest estimated run" if estimate else "fastest measured"
     why = f"{what}: {shown(chosen)}"
@@ -270,9 +269,9 @@ def summary(decision):
     measured = decision.measurement
     if measured is None:
         return f"precision {chosen} ({decision.source}: {decision.reason})"
-    medians = measured.medians()
+    speeds = measured.speeds()
     shown = ", ".join(
-        f"{c.label()} {medians[c]:,.0f}" if c in medians else f"{c.label()} failed" for c in measured.results
+        f"{c.label()} {speeds[c]:,.0f}" if c in speeds else f"{c.label()} failed" for c in measured.results
     )
     if measured.not_tried:
         shown += "; not built: " + ", ".join(c.label() for c in measured.not_tried)
