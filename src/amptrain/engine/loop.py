@@ -106,9 +106,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
-    decided = choice.to_json() if choice is not None else None
-    probe_cost = {k: decided[k] for k in ("probe_seconds", "expected_saving_seconds")} if decided else {}
-    log.write({**record, **probe_cost, "precision_choice": decided})
+    log.write({**record, **(choice.run_fields() if choice is not None else {"precision_choice": None})})
     if not start_step:
         scalars.hyperparameters(config, policy)
     announce(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps, steps_per_epoch)

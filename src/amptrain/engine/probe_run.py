@@ -47,7 +47,13 @@ class Trial:
         seed(trial.runtime)
         self.model, _, _ = task.create_model(strategy, policy=candidate.policy)
         self.parts = build_training(
-            self.model, task.loss, trial, strategy, candidate.policy, planned_steps, learning_rates=task.learning_rate_scales
+            self.model,
+            task.loss,
+            trial,
+            strategy,
+            candidate.policy,
+            planned_steps,
+            learning_rates=task.learning_rate_scales,
         )
         self.initial = initial.share(_state(self.model, self.parts))
         compiling = time.perf_counter()

@@ -91,6 +91,11 @@ class Decision:
             data.update(self.measurement.to_json(), key=self.key, cache=self.cache)
         return data
 
+    def run_fields(self):
+        """What the `run` record of metrics.jsonl carries: the decision, and its cost and saving beside it."""
+        data = self.to_json()
+        return {k: data[k] for k in ("probe_seconds", "expected_saving_seconds")} | {"precision_choice": data}
+
     @classmethod
     def from_json(cls, data):
         measured = Measurement.from_json(data) if data.get("candidates") else None
