@@ -3,6 +3,7 @@
 import amptrain
 amptrain.fit("configs/classify-spam.toml", overrides={"train.steps": 200})
 amptrain.Trainer(model=build, loss=..., metrics=["accuracy"], train=train_ds).fit()   # your own model
+amptrain.audit(build, policy="mixed_float16")   # your model's per-layer dtypes, islands and float16 risks
 """
 
 __version__ = "0.1.0"
@@ -36,11 +37,24 @@ def predict(run_dir, texts):
     return api.predict(run_dir, texts)
 
 
-def audit(config_path, overrides=(), policy=None):
-    """The precision audit of a config's model (a dict: rows, risks, notes); see `amptrain.api.audit`."""
-    from amptrain import api
+def audit(config_or_model, overrides=(), policy=None, loss_scale="auto", inputs=None):
+    """The precision audit (a dict: rows, risks, notes) of a config's model (a path; see
+    `amptrain.api.audit`), or of your own: a keras.Model or a builder (policy -> keras.Model,
+    built under `policy`), with `loss_scale` and `inputs` (tf.TensorSpecs, unless functional);
+    see `amptrain.precision.audit_keras`. amptrain.audit(build, policy="mixed_float16")"""
+    import os
 
-    return api.audit(config_path, overrides, policy=policy)
+    if isinstance(config_or_model, (str, os.PathLike)):
+        from amptrain import api
+
+        return api.audit(config_or_model, overrides, policy=policy)
+    from amptrain.precision.audit_keras import audit_keras
+
+    if overrides:
+        from amptrain.errors import UserError
+
+        raise UserError("audit: overrides are a config's; a model takes policy=, loss_scale=, inputs=")
+    return audit_keras(config_or_model, policy, loss_scale, inputs)
 
 
 def export(run_dir, out=None, fmt="saved_model", **options):

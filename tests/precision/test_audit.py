@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
+import amptrain
 from amptrain import api, cli
 from amptrain.models.blocks import MultiHeadSelfAttention
 from amptrain.models.islands import float32_island
@@ -145,8 +146,9 @@ def test_layers_that_ignored_the_policy_are_flagged():
 
 
 def test_fp16_without_loss_scaling_is_flagged(tiny):
-    report = api.audit(tiny / "tiny.toml", ["precision.loss_scale=none"], policy="mixed_float16")
-    assert found(report) == {("no_loss_scale", None)}
+    # amptrain.audit with a path (a PathLike) is the config form, as it was before it took a model too.
+    report = amptrain.audit(tiny / "tiny.toml", ["precision.loss_scale=none"], policy="mixed_float16")
+    assert found(report) == {("no_loss_scale", None)} and report["config"] == str(tiny / "tiny.toml")
 
 
 def test_sizes_that_are_no_multiple_of_8_are_risks_under_mixed_precision_only(tiny):

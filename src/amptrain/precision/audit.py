@@ -14,6 +14,8 @@ of the graph is mapped to the layer whose name scope it ran in. Risk kinds:
 - `fp16_softmax`, `fp16_exp`, `fp16_norm`, `fp16_logits`, `fp16_loss`: that arithmetic in float16;
 - `fp16_mask_range`: a float16 constant beyond ±65504 (so ±inf) that reaches a softmax
   (`fp16_constant_range` when it does not);
+- `fp16_reduction`: a sum or mean of 256 elements or more in float16;
+- `fp16_into_island`: arithmetic in float16 inside a float32 island (a float16 input not cast);
 - `ignored_policy`: a layer computing in another dtype than the policy's without declaring
   a float32 island (`amptrain.models.islands`), or keeping variables that are not float32;
 - `no_loss_scale`: float16 without loss scaling;
@@ -28,21 +30,25 @@ The trace and the op-to-layer map are in `precision/audit_trace.py`, the checks 
 
 import keras
 
-from amptrain.models.islands import island_reason
 from amptrain.precision.audit_checks import (
     constant_findings,
     float32_op_types,
+    island_input_findings,
+    island_reasons,
     loss_scale_findings,
     merge,
     op_findings,
     output_findings,
     policy_findings,
+    reduction_findings,
     size_findings,
 )
 from amptrain.precision.audit_trace import HALF, layer_tree, locator, trace
 
 
-def audit_model(model, policy, loss_scale="auto", inputs=None, loss_fn=None, targets=None, sizes=None):
+def audit_model(
+    model, policy, loss_scale="auto", inputs=None, loss_fn=None, targets=None, sizes=None, built_under_policy=False
+):
     """Audits `model`, built under `policy` (a Keras dtype policy name); returns plain data:
     {"model", "policy", "compute_dtype", "loss_scale", "rows", "risks", "notes"}. A row a
     layer: path, class, compute_dtype, variable_dtype, island, reason, and float32_ops (the
@@ -53,20 +59,25 @@ def audit_model(model, policy, loss_scale="auto", inputs=None, loss_fn=None, tar
     inputs); unknown dimensions become 8. `loss_fn(targets, outputs)` with `targets`
     (TensorSpecs) adds the loss to the trace. `loss_scale`: `precision.loss_scale`.
     `sizes`: named sizes to check for tensor-core alignment, e.g. {"model.hidden_dim": 64}.
+    `built_under_policy`: the model was built with `policy` the global one (a user's model,
+    `precision/audit_keras.py`), so a layer in float32 was declared so by its constructor.
     """
     compute = keras.DTypePolicy(policy).compute_dtype
     layers = layer_tree(model)
     graph, outputs, losses = trace(model, inputs, loss_fn, targets)
     locate = locator(model, layers)
+    reasons = island_reasons(layers, compute, built_under_policy)
     float32_ops = float32_op_types(graph, locate) if compute in HALF else {}
     scaling = loss_scaling(compute, loss_scale)
     findings = (
         op_findings(graph, locate)
+        + reduction_findings(graph, locate)
+        + island_input_findings(graph, locate, layers, reasons)
         + constant_findings(graph, locate)
         + output_findings(outputs, losses, locate)
-        + policy_findings(layers, float32_ops, compute, policy)
+        + policy_findings(layers, float32_ops, compute, policy, reasons)
         + loss_scale_findings(compute, scaling)
-        + size_findings(layers, sizes or {}, compute)
+        + size_findings(layers, sizes or {}, compute, reasons)
     )
     risks, notes = [], []
     for finding in merge(findings):
@@ -76,7 +87,7 @@ def audit_model(model, policy, loss_scale="auto", inputs=None, loss_fn=None, tar
         "policy": policy,
         "compute_dtype": compute,
         "loss_scale": scaling,
-        "rows": _rows(layers, float32_ops),
+        "rows": _rows(layers, float32_ops, reasons),
         "risks": risks,
         "notes": notes,
     }
@@ -91,15 +102,15 @@ def loss_scaling(compute_dtype, loss_scale):
     return loss_scale
 
 
-def _rows(layers, float32_ops):
+def _rows(layers, float32_ops, reasons):
     return [
         {
             "path": path,
             "class": type(layer).__name__,
             "compute_dtype": layer.compute_dtype,
             "variable_dtype": ", ".join(sorted({v.dtype for v in layer.weights})) or "-",
-            "island": island_reason(layer) is not None,
-            "reason": island_reason(layer) or "",
+            "island": reasons[path] is not None,
+            "reason": reasons[path] or "",
             "float32_ops": sorted(float32_ops.get(path, ())),
         }
         for path, layer in layers.items()

@@ -32,6 +32,9 @@ FP16_UNSAFE = {
 SOFTMAX_OPS = frozenset(
     {"Softmax", "LogSoftmax", "Exp", "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits"}
 )
+# Reductions whose running sum loses float16's 11 bits when long; their extent at or beyond this.
+REDUCTIONS = frozenset({"Sum", "Mean"})
+LARGE_REDUCTION = 256
 # Ops an output passes through unchanged but for its dtype or shape (walking back to its source).
 PASS_THROUGH = frozenset({"Identity", "IdentityN", "Cast", "Reshape", "Squeeze", "ExpandDims"})
 
@@ -54,25 +57,46 @@ def merge(findings):
     return list(merged.values())
 
 
+def island_reasons(layers, compute, declared=False):
+    """{path: why the layer is a float32 island, or None}. `declared`: the model was built
+    under the policy, so a layer computing in float32 under a mixed policy had float32 given
+    to its constructor (a float32 island the layer declared, as the classic recipe's
+    `super().__init__(dtype="float32")`); the layers inside an island that compute in float32
+    with it belong to it."""
+    reasons = {}
+    for path, layer in layers.items():
+        reason = getattr(layer, "float32_reason", None)
+        parent = reasons.get(path.rpartition("/")[0])
+        pinned = compute in HALF and layer.compute_dtype == "float32" and not isinstance(layer, keras.Model)
+        if not reason and pinned and parent:
+            inside = f"inside the float32 island {path.rpartition('/')[0]}"
+            reason = parent if parent.startswith("inside the float32 island") else inside  # named by the outermost
+        elif not reason and pinned and declared:
+            reason = f"declared float32 by its constructor (dtype={layer.dtype_policy.name!r})"
+        reasons[path] = reason or island_reason(layer)
+    return reasons
+
+
 def float32_op_types(graph, locate):
     """The arithmetic op types each layer runs in float32 in its own name scope."""
     found = {}
     for op in graph.get_operations():
-        if op.type not in BOOKKEEPING and op_dtype(op) == "float32" and not _local_upcast(op):
+        if op.type not in BOOKKEEPING and op_dtype(op) == "float32" and not _local_upcast(op, locate):
             found.setdefault(locate(op.name), set()).add(op.type)
     return found
 
 
-def _local_upcast(op):
-    """One op between casts from and back to half precision: an accumulation upcast inside
-    a Keras op (ops.mean does this), not a layer computing in float32."""
+def _local_upcast(op, locate):
+    """One op between casts from and back to half precision in its own layer: an
+    accumulation upcast inside a Keras op (ops.mean does this), not a layer computing in
+    float32 (whose float32 output the next layer casts back)."""
     inputs = [t for t in op.inputs if t.dtype.is_floating]
     consumers = [c for t in op.outputs for c in t.consumers()]
     return bool(
         inputs
         and consumers
         and all(t.op.type == "Cast" and t.op.inputs[0].dtype.name in HALF for t in inputs)
-        and all(c.type == "Cast" and op_dtype(c) in HALF for c in consumers)
+        and all(c.type == "Cast" and op_dtype(c) in HALF and locate(c.name) == locate(op.name) for c in consumers)
     )
 
 
@@ -98,6 +122,54 @@ def op_findings(graph, locate):
         else:
             message = f"{ops} in bfloat16: float32's range, but 8 bits of precision"
             findings.append(_finding(kind.replace("fp16", "bf16"), layer, message, note=True))
+    return findings
+
+
+def reduction_findings(graph, locate):
+    """Long sums and means in half precision (a hand-written pooling or statistic): each
+    added term is rounded to the running total's 11 (float16) or 8 (bfloat16) bits. Unknown
+    dimensions are traced as 8: a reduction over the sequence shows with `inputs` of its length."""
+    findings = []
+    for op in graph.get_operations():
+        dtype, layer = op_dtype(op), locate(op.name)
+        if op.type not in REDUCTIONS or dtype not in HALF or layer == LOSS_SCOPE:
+            continue
+        extent = _reduced_extent(op)
+        if extent is None or extent < LARGE_REDUCTION:
+            continue
+        why = f"{op.type} over {extent} elements in {dtype}: each term is rounded to the running total's precision"
+        kind = "fp16_reduction" if dtype == "float16" else "bf16_reduction"
+        findings.append(_finding(kind, layer, why, note=dtype != "float16"))
+    return findings
+
+
+def _reduced_extent(op):
+    """How many elements a Sum/Mean op adds up, when its shape and axes are static."""
+    shape = op.inputs[0].shape
+    axes = tf.get_static_value(op.inputs[1])
+    if shape.rank is None or axes is None:
+        return None
+    dims = [shape[int(a)] for a in np.atleast_1d(axes)]
+    return None if None in dims else int(np.prod(dims))
+
+
+def island_input_findings(graph, locate, layers, reasons):
+    """Half-precision arithmetic inside a float32 island: a float16 input reached it uncast
+    (Keras casts a layer's call arguments, but not a tensor it reads otherwise, nor when the
+    layer turns that off), so the island computes in float16 all the same."""
+    pinned = {path for path, layer in layers.items() if reasons[path] and layer.compute_dtype == "float32"}
+    groups = {}
+    for op in graph.get_operations():
+        layer = locate(op.name)
+        if layer in pinned and op.type not in BOOKKEEPING and op_dtype(op) in HALF:
+            groups.setdefault((layer, op_dtype(op)), set()).add(op.type)
+    findings = []
+    for (layer, dtype), types in groups.items():
+        message = (
+            f"a float32 island fed {dtype} with no cast: {', '.join(sorted(types))} run in {dtype}; "
+            "cast its inputs to float32 at the top of call"
+        )
+        findings.append(_finding("fp16_into_island", layer, message, note=dtype == "bfloat16"))
     return findings
 
 
@@ -173,13 +245,13 @@ def _half_source(tensor):
         tensor = tensor.op.inputs[0]
 
 
-def policy_findings(layers, float32_ops, compute, policy):
+def policy_findings(layers, float32_ops, compute, policy, reasons):
     """Layers that compute in another dtype than the policy's without declaring why, or
-    keep variables that are not float32."""
+    keep variables that are not float32. `reasons`: `island_reasons`."""
     findings = []
     declare = "without declaring a float32 island (amptrain.models.islands)"
     for path, layer in layers.items():
-        reason = island_reason(layer)
+        reason = reasons[path]
         # A nested model only routes tensors: its own dtype policy is not a computation.
         dtype = compute if isinstance(layer, keras.Model) else layer.compute_dtype
         if dtype != compute and not (dtype == "float32" and reason):
@@ -208,13 +280,13 @@ def loss_scale_findings(compute, scaling):
     return []
 
 
-def size_findings(layers, sizes, compute):
+def size_findings(layers, sizes, compute, reasons):
     """Dimensions that are not multiples of 8: half-precision matmuls on tensor cores (and
     XLA's tiles) want them. Notes under float32, where they would matter after a switch."""
     used = {}
     for path, layer in layers.items():
         # What computes in half precision, or would under a mixed policy (not the islands).
-        if layer.compute_dtype != "float32" or (compute == "float32" and not island_reason(layer)):
+        if layer.compute_dtype != "float32" or (compute == "float32" and not reasons[path]):
             for variable in own_weights(layer):
                 for dim in variable.shape if len(variable.shape) >= 2 else ():
                     used.setdefault(int(dim), []).append(path)
