@@ -8,6 +8,7 @@ amptrain predict runs/classify-spam/export --text "see you at lunch"          # 
 amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
 amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
 amptrain doctor [--json]                                  # the hardware, the `auto` policy, the peaks
+amptrain --verbose COMMAND ...   # TensorFlow's own logs too (or AMPTRAIN_TF_LOGS=1); `amptrain --version`
 """
 
 import argparse
@@ -19,7 +20,13 @@ import sys
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    from amptrain import tf_logs
+
+    if args.verbose:
+        os.environ[tf_logs.VERBOSE_ENV] = "1"  # the workers of launch and bench inherit it
+    if argv is None:  # a program (the `amptrain` command, python -m amptrain), not a caller's process
+        tf_logs.quiet()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if tf_logs.verbose() else "1")
     from amptrain.errors import Interrupted, NumericsError, PeerLost, UserError
 
     try:
@@ -42,7 +49,11 @@ def main(argv=None):
 
 
 def _parser():
+    from amptrain import __version__
+
     parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
+    parser.add_argument("--version", action="version", version=_version(__version__))
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for add in (
         _add_fit,
@@ -56,7 +67,26 @@ def _parser():
         _add_serve,
     ):
         add(commands)
+    for command in commands.choices.values():  # `amptrain fit --verbose ...` too
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     return parser
+
+
+_VERBOSE_HELP = "show TensorFlow's own start-up and INFO logs (also: AMPTRAIN_TF_LOGS=1)"
+
+
+def _version(version):
+    """`amptrain 0.1.0 (TensorFlow 2.21.0, Keras 3.15.1, Python 3.11.9)`, without importing TensorFlow."""
+    from importlib import metadata
+
+    def installed(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"amptrain {version} (TensorFlow {installed('tensorflow')}, Keras {installed('keras')}, Python {python})"
 
 
 def _add_fit(commands):

@@ -193,6 +193,9 @@ def measure_peak(spec):
 def main(argv=None):
     import os
 
+    from amptrain import tf_logs
+
+    tf_logs.quiet()  # its stderr is shown when it fails: the failure, not TensorFlow's start-up lines
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     spec = json.loads((argv or sys.argv[1:])[0])
     result = measure_peak(spec) if spec["kind"] == "peak" else measure_combination(spec)

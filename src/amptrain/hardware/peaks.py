@@ -25,7 +25,12 @@ def timed_matmul_peak(dtype="float32", seconds=2.0, max_size=2048):
     best run counts. Emulated dtypes (float16 on a CPU) stay small and still finish."""
     import tensorflow as tf
 
-    product = tf.function(lambda x: tf.reduce_sum(tf.cast(tf.linalg.matmul(x, x), tf.float32)))
+    # One trace for every size (a square of any side): a trace a size would set off
+    # TensorFlow's "triggered tf.function retracing" warning by the third dtype.
+    product = tf.function(
+        lambda x: tf.reduce_sum(tf.cast(tf.linalg.matmul(x, x), tf.float32)),
+        input_signature=[tf.TensorSpec((None, None), dtype)],
+    )
 
     def matrix(size):
         matrix = tf.cast(tf.random.normal((size, size)), dtype)
