@@ -14,7 +14,9 @@ to stderr, less those that `is_noise` names. Level 1 stays the default: the INFO
 TensorFlow's warnings stay. oneDNN stays on (TF_ENABLE_ONEDNN_OPTS=0 would slow bf16).
 """
 
+import contextlib
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -106,3 +108,20 @@ class _CapturedStderr:
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
         return False
+
+
+@contextlib.contextmanager
+def expected_retracing():
+    """Drops TensorFlow's "triggered tf.function retracing" warning inside the block: for
+    code that builds several trainers of the same methods on purpose (the precision probe's
+    candidates), each traced once, which TensorFlow counts as retracing one function."""
+
+    def keep(record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        tf_logger.removeFilter(keep)

@@ -72,8 +72,11 @@ def hardware_peaks(precisions):
 
 
 def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=print):
+    from amptrain.engine.run_log import Pace
+
     rows = []
     combinations = grid.combinations()
+    pace = Pace(len(combinations))
     for index, (precision, jit, spe, batch_size) in enumerate(combinations, 1):
         settings = [("precision.policy", precision), ("runtime.jit_compile", jit), ("runtime.steps_per_execution", spe)]
         if batch_size:
@@ -88,7 +91,9 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
         }
         progress(
             f"[{index}/{len(combinations)}] {precision}, XLA {xla_modes.describe(jit)}, "
-            f"steps_per_execution {spe}" + (f", batch {batch_size}" if batch_size else "")
+            f"steps_per_execution {spe}"
+            + (f", batch {batch_size}" if batch_size else "")
+            + (f"  ({pace.describe(index - 1)})" if index > 1 else "")
         )
         result = run_worker(spec)
         rows.append(

@@ -39,6 +39,7 @@ class Trial:
 
     def __init__(self, task, config, strategy, candidate, iterator, batch_shape, planned_steps, initial):
         from amptrain.engine.build import build_training, seed
+        from amptrain.tf_logs import expected_retracing
 
         trial = probe.apply(config, candidate)
         self.strategy, self.iterator, self.batch_shape = strategy, iterator, batch_shape
@@ -57,7 +58,8 @@ class Trial:
         )
         self.initial = initial.share(_state(self.model, self.parts))
         compiling = time.perf_counter()
-        self.parts.trainer.train(iterator, self.spe)
+        with expected_retracing():  # a trainer a candidate: each traces the same methods once
+            self.parts.trainer.train(iterator, self.spe)
         first = time.perf_counter() - compiling
         ordinary = time.perf_counter()
         totals = self.parts.trainer.train(iterator, self.spe)

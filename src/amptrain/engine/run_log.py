@@ -187,36 +187,91 @@ class Scalars:
             writer.close()
 
 
-class Progress:
-    """A progress line: step, loss, tokens/s, MFU and time left; redrawn in place on a terminal."""
+class Pace:
+    """Elapsed time and an estimate of the time left for `total` units of work (steps,
+    batches, bench rows), from the pace since the first update: the first unit carries
+    the tracing and compiling, which the rest do not repeat.
 
-    def __init__(self, total_steps, start_step, stream=None):
+        pace = Pace(total=200, done=0)
+        ...; pace.describe(done=50)    # "0:40 elapsed, 1:30 left"
+    """
+
+    def __init__(self, total, done=0):
+        self.total = total
+        self.started = time.monotonic()
+        self._first = None  # (time, done) of the first update
+
+    def left(self, done):
+        """Seconds left (NaN before any pace is known)."""
+        now = time.monotonic()
+        if self._first is None and done > 0:
+            self._first = (now, done)
+            base, base_done = self.started, 0
+        else:
+            base, base_done = self._first if self._first and done > self._first[1] else (self.started, 0)
+        if done <= base_done:
+            return float("nan")
+        return (now - base) / (done - base_done) * max(self.total - done, 0)
+
+    def elapsed(self):
+        return time.monotonic() - self.started
+
+    def describe(self, done):
+        left = self.left(done)
+        return f"{format_duration(self.elapsed())} elapsed, {format_duration(left)} left"
+
+
+class Progress:
+    """A progress line redrawn in place on a terminal (nothing elsewhere): `unit done/total`,
+    the details, the elapsed time and the time left; drawn once `after` seconds have passed.
+
+        progress = Progress(total_steps=200, start_step=0)
+        progress.update(step, loss, tokens_per_second, note, mfu)   # fit's line
+        progress.show(done, "details")                             # anything else's
+        progress.clear()
+    """
+
+    def __init__(self, total_steps, start_step, stream=None, unit="step", after=0.0):
         self.total_steps = total_steps
         self.start_step = start_step
-        self.started = time.time()
+        self.unit = unit
+        self.after = after
+        self.pace = Pace(total_steps - start_step)
         # sys.stderr as it is now: a default bound at import would keep a stream replaced
         # since (pytest's capture, closed after the test that first imported this module).
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = self.stream.isatty()
+        self._drawn = False
 
     def update(self, step, loss, tokens_per_second, note="", mfu=None):
-        if not self.interactive:
-            return
-        done = step - self.start_step
-        elapsed = time.time() - self.started
-        left = elapsed / done * (self.total_steps - step) if done else float("nan")
-        line = (
-            f"step {step}/{self.total_steps}  loss {loss:.4f}  "
-            f"{tokens_per_second:,.0f} tokens/s  {f'MFU {mfu:.1%}  ' if mfu is not None else ''}"
-            f"{note + '  ' if note else ''}{format_duration(left)} left"
+        self.show(
+            step,
+            f"loss {loss:.4f}  {tokens_per_second:,.0f} tokens/s  {f'MFU {mfu:.1%}  ' if mfu is not None else ''}"
+            f"{note}",
         )
+
+    def line(self, done, details=""):
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        time_text = (
+            self.pace.describe(done - self.start_step)
+            if self.total_steps
+            else format_duration(self.pace.elapsed()) + " elapsed"
+        )
+        return f"{self.unit} {done}{total}  {details.strip() + '  ' if details.strip() else ''}{time_text}"
+
+    def show(self, done, details=""):
+        line = self.line(done, details)  # also when not drawn: the pace needs every update
+        if not self.interactive or self.pace.elapsed() < self.after:
+            return
         self.stream.write("\r" + line.ljust(100))
         self.stream.flush()
+        self._drawn = True
 
     def clear(self):
-        if self.interactive:
+        if self.interactive and self._drawn:
             self.stream.write("\r" + " " * 100 + "\r")
             self.stream.flush()
+            self._drawn = False
 
 
 def format_duration(seconds):

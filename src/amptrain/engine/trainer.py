@@ -279,11 +279,16 @@ class Trainer:
     def predict(self, dataset):
         """Model outputs for each batch of a finite dataset of (features, targets, token_counts)."""
         from amptrain.distribute import distribute_batches
+        from amptrain.engine.run_log import Progress
 
         outputs = []
+        # A line on a terminal (eval, predict, the dev score) once it has taken 2 s.
+        progress = Progress(max(int(dataset.cardinality()), 0), 0, unit="batch", after=2.0)
         # Replica r predicts slice r of each batch; gathering in replica order rebuilds the batch.
         for features, _, _ in distribute_batches(self.strategy, lambda: dataset):
             outputs.append(tf.nest.map_structure(lambda v: v.numpy(), self._predict_loop(features)))
+            progress.show(len(outputs), "predicting")
+        progress.clear()
         return outputs
 
 
