@@ -49,10 +49,10 @@ def main(argv=None):
 
 
 def _parser():
-    from amptrain import __version__
+    import amptrain
 
     parser = argparse.ArgumentParser(prog="amptrain", description="Train Transformers in mixed precision.")
-    parser.add_argument("--version", action="version", version=_version(__version__))
+    parser.add_argument("--version", action="version", version=_version(amptrain.__version__))
     parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     for add in (
