@@ -8,7 +8,6 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-export TF_CPP_MIN_LOG_LEVEL ?= 2
 LINTED := src tests benchmarks scripts examples
 
 .PHONY: demo classic-recipe test test-all lint format install install-test pretrained clean
