@@ -79,14 +79,8 @@ def _version(version):
     """`amptrain 0.1.0 (TensorFlow 2.21.0, Keras 3.15.1, Python 3.11.9)`, without importing TensorFlow."""
     from importlib import metadata
 
-    def installed(name):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    python = ".".join(map(str, sys.version_info[:3]))
-    return f"amptrain {version} (TensorFlow {installed('tensorflow')}, Keras {installed('keras')}, Python {python})"
+    tensorflow, keras = (metadata.version(name) for name in ("tensorflow", "keras"))
+    return f"amptrain {version} (TensorFlow {tensorflow}, Keras {keras}, Python {sys.version.split()[0]})"
 
 
 def _add_fit(commands):
