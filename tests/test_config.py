@@ -156,6 +156,13 @@ def test_a_section_of_another_task_is_refused(tiny):
         load(tiny, "decode.beam_size=8")
 
 
+def test_an_older_runs_default_decode_section_still_loads(tiny):
+    """Run folders saved every task's sections; a classification run's [decode] at its defaults is read past."""
+    text = (tiny / "tiny.toml").read_text() + "\n[decode]\nbeam_size = 4\nlength_penalty = 0.6\n"
+    (tiny / "older.toml").write_text(text)
+    assert config_lib.load_config(tiny / "older.toml").task_sections == {}
+
+
 def test_an_unknown_task_names_the_known_ones(tiny):
     with pytest.raises(
         ConfigError, match=r"task: expected one of classification, ner, translation, keras_model or a task class"

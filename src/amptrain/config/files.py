@@ -96,7 +96,9 @@ def _build(raw, source, task_class):
     own = task_class.config_sections  # the task's own sections, e.g. translation's [decode]
     known = {**SECTIONS, **own}
     sections = {}
-    for name, value in raw.items():
+    for name, value in list(raw.items()):
+        if name not in known and _an_older_runs_default(name, value):
+            continue
         if name not in known:
             raise ConfigError(
                 f"{source}: unknown section or key {name!r}; expected one of: task, "
@@ -107,6 +109,18 @@ def _build(raw, source, task_class):
         sections[name] = _build_section(name, known[name], value, source)
     task_sections = {name: sections.pop(name, None) or cls() for name, cls in own.items()}
     return Config(task=task, task_path=registry.module_folder(task), task_sections=task_sections, **sections)
+
+
+def _an_older_runs_default(name, values):
+    """True for another built-in task's section at its defaults: amptrain before the tasks
+    owned their sections saved every task's (`[decode]` in a classification run's config.toml),
+    and those run folders must still load."""
+    for builtin in registry.known():
+        cls = registry.task_class(builtin).config_sections.get(name)
+        if cls is not None and isinstance(values, dict):
+            defaults = dataclasses.asdict(cls())
+            return all(key in defaults and defaults[key] == value for key, value in values.items())
+    return False
 
 
 def _build_section(section, cls, values, source):
