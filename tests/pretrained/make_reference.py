@@ -1,9 +1,11 @@
 """Makes the pretrained-encoder test data with the reference implementation, Hugging Face
 `transformers` on PyTorch, in a throw-away environment (never an amptrain dependency):
 
-    python3.11 -m venv /tmp/hf && /tmp/hf/bin/pip install torch==2.13.0 transformers safetensors
+    python3.11 -m venv /tmp/hf && /tmp/hf/bin/pip install torch==2.13.0 transformers safetensors \
+        sentencepiece tokenizers protobuf
     make pretrained                                   # pretrained/all-MiniLM-L6-v2
-    /tmp/hf/bin/python tests/pretrained/make_reference.py
+    /tmp/hf/bin/python tests/pretrained/make_reference.py            # everything
+    /tmp/hf/bin/python tests/pretrained/make_reference.py families   # the other families only
 
 It writes, under tests/pretrained/:
 - tiny-bert/: a BERT of hidden 16, 2 layers, 2 heads, randomly initialised (seed 0) and
@@ -14,6 +16,10 @@ It writes, under tests/pretrained/:
 - reference-tiny-bert.json and reference-minilm.json: for each of SENTENCES, the piece ids
   of `transformers`' tokenizer ([CLS] ... [SEP]) and the encoder's last hidden states in
   float32 (MiniLM: the first 8 of 384 features a piece, to keep the file small).
+
+- tiny-roberta/, tiny-xlm-roberta/, tiny-distilbert/, tiny-albert/ and their
+  reference-tiny-*.json: the other families (make_families.py), same sizes, each with a
+  tokenizer trained here on a few hundred lines of the bundled data.
 
 Rerun it only to change these files; the tests compare amptrain's tokenizer and its
 keras-hub encoder against them (tests/pretrained/test_pretrained.py).
@@ -99,11 +105,19 @@ def reference(folder, features=None):
 
 
 def main():
+    import sys
+
+    import make_families
+
+    if sys.argv[1:] == ["families"]:
+        make_families.main()
+        return
     make_tiny()
     for name, folder, features in (("tiny-bert", TINY, None), ("minilm", MINILM, MINILM_FEATURES)):
         with open(os.path.join(HERE, f"reference-{name}.json"), "w", encoding="utf-8") as f:
             json.dump(reference(folder, features), f)
         print(f"reference-{name}.json")
+    make_families.main()
 
 
 if __name__ == "__main__":
