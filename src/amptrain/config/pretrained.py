@@ -5,15 +5,18 @@
     config = resolve(config, given={"dropout": 0.1})   # model.* shape keys from the checkpoint
 
 Two layouts are read, both offline:
-- Hugging Face: `config.json` (with `model_type`), `model.safetensors`, `vocab.txt`, and
-  `tokenizer_config.json` for the casing (`do_lower_case`; absent: lower-cased, as
-  `transformers`' BertTokenizer defaults).
-- keras-hub preset: `config.json` naming `keras_hub>BertBackbone`, `model.weights.h5`,
-  `tokenizer.json` and `assets/tokenizer/vocabulary.txt`.
+- Hugging Face: `config.json` (its `model_type` names the family: models/families/),
+  `model.safetensors`, the family's tokenizer files (BERT: `vocab.txt`; RoBERTa:
+  `vocab.json` + `merges.txt`; ...) and `tokenizer_config.json` for the casing.
+- keras-hub preset (BERT): `config.json` naming `keras_hub>BertBackbone`,
+  `model.weights.h5`, `tokenizer.json` and `assets/tokenizer/vocabulary.txt`.
 
-Only JSON and the vocabulary file are read here (no TensorFlow): a folder without weights,
-an unsupported `model_type`, a vocabulary that does not match the embedding table or a
-`data.max_length` beyond the positions stops the run at once, naming the file.
+Only JSON, the vocabulary and the weights file's header are read here (no TensorFlow, and
+nothing from the folder runs: an `auto_map` is refused): a folder without weights or
+tokenizer files, an unknown `model_type`, a size that is no integer or beyond BOUNDS, a
+weights header that does not match the config (pretrained_weights.py), a vocabulary that
+does not match the embedding table or a `data.max_length` beyond the positions stops the
+run at once, in one line naming the file.
 `models/pretrained.py` builds the encoder from the same folder with keras-hub.
 """
 
@@ -22,22 +25,25 @@ import hashlib
 import json
 import os
 
+from amptrain.config.pretrained_weights import check_weights
 from amptrain.errors import ConfigError
+from amptrain.models.families import FAMILIES, base
 
-# The `model_type`s of a Hugging Face folder that keras-hub's converter turns into a
-# `BertBackbone` (its token_ids, segment_ids and padding_mask inputs are what the heads
-# are built on). keras-hub converts other families into other backbones, with other inputs
-# and tokenizers; they are refused until a head is built and tested on one.
-SUPPORTED_MODEL_TYPES = ("bert",)
+# The families a Hugging Face folder may be (`config.json`'s `model_type`), each an adapter
+# in models/families/; a keras-hub preset folder is read for BERT only.
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 KERAS_HUB_BACKBONES = ("keras_hub>BertBackbone",)
-# model.* keys the checkpoint fixes, and its config.json names for them.
-SHAPE_KEYS = {
-    "num_layers": "num_hidden_layers",
-    "hidden_dim": "hidden_size",
-    "num_heads": "num_attention_heads",
-    "intermediate_dim": "intermediate_size",
-}
+SHAPE_KEYS = dict.fromkeys(base.SHAPE_KEYS)  # model.* keys the checkpoint fixes
 POOLING_FILE = os.path.join("1_Pooling", "config.json")
+# What a folder may claim before anything is built (the largest released models are well inside).
+BOUNDS = {
+    "num_layers": 128,
+    "hidden_dim": 16384,
+    "num_heads": 256,
+    "intermediate_dim": 65536,
+    "vocabulary_size": 1_000_000,
+    "max_positions": 65536,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,11 @@ class Checkpoint:
     def shape(self):
         return {key: getattr(self, key) for key in SHAPE_KEYS}
 
+    @property
+    def family(self):
+        """The checkpoint's adapter (models/families/)."""
+        return FAMILIES[self.model_type]
+
 
 def _read_json(path):
     try:
@@ -92,8 +103,8 @@ def read_checkpoint(path):
         raise ConfigError(f"{path}: no {os.path.basename(checkpoint.weights_path)}; expected the encoder's weights")
     if not os.path.isfile(checkpoint.vocabulary_path):
         raise ConfigError(f"{path}: no {os.path.relpath(checkpoint.vocabulary_path, path)}; expected its vocabulary")
-    pieces = _count_lines(checkpoint.vocabulary_path)
-    if pieces != checkpoint.vocabulary_size:
+    pieces = _count_pieces(checkpoint.vocabulary_path)
+    if pieces is not None and pieces != checkpoint.vocabulary_size:
         raise ConfigError(
             f"{checkpoint.vocabulary_path}: {pieces} pieces, but the embedding table of {config_path} has "
             f"{checkpoint.vocabulary_size} rows; expected one piece a row"
@@ -103,37 +114,72 @@ def read_checkpoint(path):
 
 def _huggingface_checkpoint(path, config_path, config):
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if model_type not in FAMILIES:
         raise ConfigError(
-            f"{config_path}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"{config_path}: model_type {model_type!r:.80} is not supported; supported: {', '.join(FAMILIES)}"
         )
-    missing = [name for name in [*SHAPE_KEYS.values(), "vocab_size", "max_position_embeddings"] if name not in config]
-    if missing:
-        raise ConfigError(f"{config_path}: no {', '.join(missing)}; expected a BERT config")
+    family = FAMILIES[model_type]
+    _refuse_code(config_path, config)
+    sizes = _sizes(config_path, config, family)
+    for name in family.tokenizer_files:
+        if not os.path.isfile(os.path.join(path, name)):
+            raise ConfigError(f"{path}: no {name}; expected the tokenizer of a {model_type} folder")
     tokenizer_path = os.path.join(path, "tokenizer_config.json")
     tokenizer = _read_json(tokenizer_path) if os.path.isfile(tokenizer_path) else {}
+    _refuse_code(tokenizer_path, tokenizer)
     pooling_path = os.path.join(path, POOLING_FILE)
     pooling = _read_json(pooling_path) if os.path.isfile(pooling_path) else {}
+    weights_path = os.path.join(path, "model.safetensors")
+    if os.path.isfile(weights_path):
+        shapes = family.weight_shapes({**config, **{family.config_keys[k]: v for k, v in sizes.items()}})
+        check_weights(weights_path, shapes, sizes["num_layers"])
     return Checkpoint(
         path=path,
         layout="huggingface",
         model_type=model_type,
-        **{key: int(config[name]) for key, name in SHAPE_KEYS.items()},
-        vocabulary_size=int(config["vocab_size"]),
-        max_positions=int(config["max_position_embeddings"]),
-        lowercase=bool(tokenizer.get("do_lower_case", True)),
-        vocabulary_path=os.path.join(path, "vocab.txt"),
-        weights_path=os.path.join(path, "model.safetensors"),
+        **sizes,
+        lowercase=family.lowercase(tokenizer),
+        vocabulary_path=os.path.join(path, family.tokenizer_files[0]),
+        weights_path=weights_path,
         pooling="mean" if pooling.get("pooling_mode_mean_tokens") else "cls",
-        activation=_activation(config_path, config.get("hidden_act", "gelu")),
+        activation=_activation(config_path, config.get(family.activation_key, "gelu")),
     )
+
+
+def _refuse_code(path, config):
+    """A folder may name code to run (`auto_map`, `transformers`' trust_remote_code); none runs here."""
+    if isinstance(config, dict) and "auto_map" in config:
+        raise ConfigError(f"{path}: auto_map names code to run; amptrain runs none from a folder (remove auto_map)")
+
+
+def _sizes(config_path, config, family):
+    """The checkpoint's SHAPE_KEYS and SIZE_KEYS from `config`, each an integer within BOUNDS."""
+    sizes = {}
+    for key, name in family.config_keys.items():
+        if name not in config:
+            raise ConfigError(f"{config_path}: no {name}; expected a {family.model_type} config")
+        value = config[name]
+        if type(value) is not int or not 1 <= value <= BOUNDS[key]:
+            raise ConfigError(
+                f"{config_path}: {name}: expected an integer from 1 to {BOUNDS[key]:,}, received {value!r:.60}"
+            )
+        sizes[key] = value
+    sizes["max_positions"] -= family.position_offset
+    if sizes["hidden_dim"] % sizes["num_heads"]:
+        raise ConfigError(
+            f"{config_path}: {family.config_keys['hidden_dim']} {sizes['hidden_dim']} is not divisible by "
+            f"{family.config_keys['num_heads']} {sizes['num_heads']}"
+        )
+    return sizes
 
 
 def _activation(config_path, hidden_act):
     """amptrain's name for a Hugging Face `hidden_act` of a BERT."""
     forms = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate"}
-    if hidden_act not in forms:
-        raise ConfigError(f"{config_path}: hidden_act {hidden_act!r} is not supported; supported: {', '.join(forms)}")
+    if not isinstance(hidden_act, str) or hidden_act not in forms:
+        raise ConfigError(
+            f"{config_path}: hidden_act {hidden_act!r:.60} is not supported; supported: {', '.join(forms)}"
+        )
     return forms[hidden_act]
 
 
@@ -158,7 +204,13 @@ def _keras_hub_checkpoint(path, config_path, config):
     )
 
 
-def _count_lines(path):
+def _count_pieces(path):
+    """The pieces of a vocabulary file (vocab.txt: a line each; vocab.json: an entry each);
+    None for a SentencePiece model, counted when its tokenizer is built."""
+    if path.endswith(".json"):
+        return len(_read_json(path))
+    if not path.endswith(".txt"):
+        return None
     with open(path, encoding="utf-8") as f:
         return sum(1 for line in f if line.rstrip("\r\n"))
 

@@ -183,12 +183,20 @@ class WordPiece:
         import tensorflow as tf
 
         self.vocabulary = list(vocabulary)
+        # keras-hub lower-cases by Unicode case folding, which makes "ß" "ss"; BERT's tokenizer
+        # (and `transformers`') lower-cases, keeping "ß": so the lower-casing is done here.
+        self._lowercase = lowercase
         self._tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
-            vocabulary=self.vocabulary, lowercase=lowercase, strip_accents=lowercase, oov_token=UNK
+            vocabulary=self.vocabulary, lowercase=False, strip_accents=lowercase, oov_token=UNK
         )
         # Eager keras-hub tokenizing converts every id to a Python int (13 s for the
         # spam training split); one graph call returning a ragged tensor takes ~1.5 s.
-        self._tokenize = tf.function(self._tokenizer.tokenize)
+        self._tokenize = tf.function(self._lowered_tokenize)
+
+    def _lowered_tokenize(self, texts):
+        import tensorflow as tf
+
+        return self._tokenizer.tokenize(tf.strings.lower(texts, encoding="utf-8") if self._lowercase else texts)
 
     @property
     def size(self):
@@ -202,6 +210,25 @@ class WordPiece:
         TensorFlow Text ops only: an export (`amptrain.serving`) calls this inside the graph
         it saves, so a served model tokenizes exactly as `encode` does."""
         return self._tokenize(texts)
+
+    def graph_tokenize_words(self, words):
+        """`graph_tokenize` of words each on its own (NER): the same for WordPiece."""
+        return self.graph_tokenize(words)
+
+    def encode_words(self, words):
+        return self.encode(words)
+
+    @property
+    def start_id(self):
+        return self.token_id(CLS)
+
+    @property
+    def end_id(self):
+        return self.token_id(SEP)
+
+    @property
+    def unknown_id(self):
+        return self.token_id(UNK)
 
     def encode(self, texts, chunk_size=4096):
         """Returns one int32 array of piece ids per text."""

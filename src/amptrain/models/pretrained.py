@@ -1,4 +1,5 @@
-"""Models on a pretrained encoder (`model.pretrained`): keras-hub's BertBackbone, loaded
+"""Models on a pretrained encoder (`model.pretrained`): keras-hub's backbone of the
+checkpoint's family (models/families/: BERT, RoBERTa, XLM-R, DistilBERT, ALBERT), loaded
 offline from the checkpoint's folder, and amptrain's heads on it.
 
     model = build_pretrained_classifier(checkpoint, num_classes=2, model_config=config.model,
@@ -6,16 +7,18 @@ offline from the checkpoint's folder, and amptrain's heads on it.
     model = build_pretrained_tagger(checkpoint, num_tags=7, ..., num_shapes=56, num_chars=104)
     scales = learning_rate_scales(model, config.train)   # {id(variable): factor}, or None
 
-The encoder is keras-hub's own (`BertBackbone.from_preset` reads a Hugging Face folder
-through its converter, or a keras-hub preset), built under the run's policy, with two
-corrections (`load_encoder`): the exact GELU where the checkpoint was trained with it, and
+The encoder is keras-hub's own (`<Family>Backbone.from_preset` reads a Hugging Face folder
+through its converter, or a keras-hub BERT preset), built under the run's policy, with
+these corrections (`load_encoder`): the checkpoint's GELU where keras-hub builds the other
+form, the family's own (`Family.correct`: RoBERTa's token-type embedding), and
 each attention softmax computed in float32 (keras-hub's attention ran it in float16 under
 `mixed_float16`; `amptrain audit` found it). Its layer norms upcast by themselves. The
 heads are amptrain's float32 islands.
 
 - Classifier: the checkpoint's pooling (`config.pretrained.Checkpoint.pooling`): the
-  masked mean of the states for a checkpoint trained so (all-MiniLM-L6-v2), else BERT's
-  pooled [CLS] state; then dropout and float32 logits.
+  masked mean of the states for a checkpoint trained so (all-MiniLM-L6-v2), else the
+  pooled [CLS] state (BERT, ALBERT) or the first piece's state (the families without a
+  pooler: RoBERTa, XLM-R, DistilBERT); then dropout and float32 logits.
 - Tagger: each piece's encoder state, concatenated with its word's shape embedding and
   character-level word vector (the uncased encoder cannot see case; the shape can), then
   dropout and float32 logits. The word features join at the output, not the input: added
@@ -29,6 +32,8 @@ from amptrain.models.blocks import SOFTMAX_REASON
 from amptrain.models.chars import CharWordEncoder
 from amptrain.models.classifier import MaskedMeanPooling
 from amptrain.models.dropout import Dropout
+from amptrain.models.families.layers import FirstState, SwapIds
+from amptrain.models.families.loading import load_backbone
 from amptrain.models.islands import float32_island
 
 ENCODER_NAME = "pretrained_encoder"
@@ -38,28 +43,38 @@ NO_DECAY = ("bias", "gamma", "beta")
 
 
 def load_encoder(checkpoint, dtype, dropout):
-    """keras-hub's BertBackbone with the checkpoint's weights, computing under `dtype`."""
+    """keras-hub's backbone of the checkpoint's family with its weights, computing under
+    `dtype`, corrected against `transformers` (the module docstring; models/families/)."""
     import keras_hub
 
-    encoder = keras_hub.models.BertBackbone.from_preset(
-        checkpoint.path, dtype=dtype, dropout=dropout, name=ENCODER_NAME
-    )
-    for i in range(encoder.num_layers):
-        attention = encoder.get_layer(f"transformer_layer_{i}")._self_attention_layer
+    family = checkpoint.family
+    options = {"dtype": dtype, "dropout": dropout, "name": ENCODER_NAME}
+    if checkpoint.layout == "huggingface":
+        encoder = load_backbone(family, checkpoint.path, **options)
+    else:
+        encoder = keras_hub.models.BertBackbone.from_preset(checkpoint.path, **options)
+    layers = family.layers(encoder)
+    for layer in layers:
         # Keras' MultiHeadAttention builds its softmax under the layer's policy: float16
         # under mixed_float16 (`amptrain audit` finds it). This one computes in float32.
         # The built layer takes no new sub-layer: its softmax becomes a Float32Softmax in place.
-        attention._softmax.__class__ = Float32Softmax
-    if checkpoint.activation == "gelu":
-        # keras-hub builds BERT's feed-forward with the tanh GELU; a checkpoint trained with
-        # the exact one gets it back (hidden states then match `transformers` within 1e-4,
-        # not 1e-3). The layer's own `activation` too, so its config says the same.
-        exact = keras.activations.get("gelu")
-        for i in range(encoder.num_layers):
-            layer = encoder.get_layer(f"transformer_layer_{i}")
-            layer.activation = exact
-            layer._feedforward_intermediate_dense.activation = exact
+        layer._self_attention_layer._softmax.__class__ = Float32Softmax
+    if checkpoint.activation != family.keras_hub_activation:
+        # keras-hub builds BERT's and ALBERT's feed-forward with the tanh GELU, the others'
+        # with the exact one; a checkpoint trained with the other form gets it back (hidden
+        # states then match `transformers` within 1e-4, not 1e-3). The layer's own
+        # `activation` too, so its config says the same.
+        activation = keras.activations.get("gelu") if checkpoint.activation == "gelu" else gelu_approximate
+        for layer in layers:
+            layer.activation = activation
+            layer._feedforward_intermediate_dense.activation = activation
+    if checkpoint.layout == "huggingface":
+        family.correct(encoder, checkpoint)
     return encoder
+
+
+def gelu_approximate(x):
+    return keras.activations.gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -81,12 +96,23 @@ class SegmentIds(keras.layers.Layer):
 
 
 def _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=False):
+    """(the states, (batch, length, hidden), and the pooled state) of the encoder on amptrain's inputs."""
+    family = checkpoint.family
     encoder = load_encoder(checkpoint, dtype, model_config.dropout)
-    # The [CLS] pooler gets no gradient unless its output is used: frozen, it is no variable to update.
-    encoder.get_layer("pooled_dense").trainable = pooled
-    segment_ids = SegmentIds(dtype=dtype, name="segment_ids")(token_ids)
-    mask = ops.cast(padding_mask, "int32")
-    return encoder({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": mask})
+    if family.pooler:
+        # The [CLS] pooler gets no gradient unless its output is used: frozen, it is no variable to update.
+        encoder.get_layer(family.pooler).trainable = pooled
+    inputs = {"token_ids": token_ids, "padding_mask": ops.cast(padding_mask, "int32")}
+    if family.pad_id:
+        inputs["token_ids"] = SwapIds(family.pad_id, dtype=dtype, name="checkpoint_ids")(token_ids)
+    if family.segment_ids:
+        inputs["segment_ids"] = SegmentIds(dtype=dtype, name="segment_ids")(token_ids)
+    outputs = encoder(inputs)
+    if not isinstance(outputs, dict):  # RoBERTa, XLM-R, DistilBERT: the states alone, no pooler
+        outputs = {"sequence_output": outputs}
+    if "pooled_output" not in outputs and pooled:
+        outputs["pooled_output"] = FirstState(dtype=dtype, name="first_state")(outputs["sequence_output"])
+    return outputs
 
 
 def build_pretrained_classifier(checkpoint, num_classes, model_config, dtype):
@@ -143,15 +169,25 @@ def learning_rate_scales(model, train_config):
     t = train_config
     head = t.head_learning_rate / t.learning_rate if t.head_learning_rate else 1.0
     scales = {id(v): head for v in model.trainable_variables}
-    layers = encoder.num_layers
+    family = _family_of(encoder)
+    layers = family.layers(encoder)  # bottom to top; ALBERT's shared ones once each
     for v in encoder.trainable_variables:
-        scales[id(v)] = t.layer_decay**layers  # the embeddings (and their norm)
-    for i in range(layers):
-        for v in encoder.get_layer(f"transformer_layer_{i}").trainable_variables:
-            scales[id(v)] = t.layer_decay ** (layers - 1 - i)
-    for v in encoder.get_layer("pooled_dense").trainable_variables:
-        scales[id(v)] = 1.0  # the [CLS] pooler sits on the top layer
+        scales[id(v)] = t.layer_decay ** len(layers)  # the embeddings (and their norm)
+    for i, layer in enumerate(layers):
+        for v in layer.trainable_variables:
+            scales[id(v)] = t.layer_decay ** (len(layers) - 1 - i)
+    if family.pooler:
+        for v in encoder.get_layer(family.pooler).trainable_variables:
+            scales[id(v)] = 1.0  # the [CLS] pooler sits on the top layer
     return scales
+
+
+def _family_of(encoder):
+    """The family adapter of a keras-hub backbone (by its class)."""
+    from amptrain.models.families import FAMILIES
+
+    (family,) = [f for f in FAMILIES.values() if f.backbone == type(encoder).__name__]
+    return family
 
 
 def decays(variable):

@@ -13,7 +13,7 @@ Probabilities are in the order of `labels.json`.
 
 import tensorflow as tf
 
-from amptrain.data.vocabulary import CLS, PAD_ID
+from amptrain.data.vocabulary import PAD_ID
 from amptrain.serving.modules import ServingModule
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -25,7 +25,7 @@ class ClassifierModule(ServingModule):
         super().__init__(model)
         self.labels = tf.constant(task.labels)
         self._tokenizer = task.tokenizer
-        self._cls_id = task.tokenizer.token_id(CLS)
+        self._cls_id = task.tokenizer.start_id  # [CLS], or its family's start piece (RoBERTa's <s>)
         self._sep_id = task.sep_id  # a pretrained encoder's [SEP], ending every text; else None
         self._max_length = task.config.data.max_length
         self._keep_tail = task.config.data.keep_tail

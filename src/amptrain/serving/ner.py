@@ -23,7 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from amptrain.data import conll
-from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK
+from amptrain.data.vocabulary import PAD_ID
 from amptrain.serving import unicode_tables as tables
 from amptrain.serving.modules import ServingModule
 from amptrain.tasks.ner import WORD
@@ -51,9 +51,10 @@ class TaggerModule(ServingModule):
     def __init__(self, task, model):
         super().__init__(model)
         self._tokenizer = task.tokenizer
-        self._cls_id, self._unk_id = task.tokenizer.token_id(CLS), task.tokenizer.token_id(UNK)
+        # [CLS] and [UNK], or their family's (RoBERTa's <s> and <unk>: models/families/).
+        self._cls_id, self._unk_id = task.tokenizer.start_id, task.tokenizer.unknown_id
         # A pretrained encoder's [SEP] ends every sentence (as `tasks.ner.tagged_split`): one piece less for words.
-        self._sep_id = task.tokenizer.token_id(SEP) if task.checkpoint is not None else None
+        self._sep_id = task.tokenizer.end_id if task.checkpoint is not None else None
         self._max_length = task.config.data.max_length
         self.classes = tf.constant(task.classes)
         self._outside = task.classes.index(conll.OUTSIDE)
@@ -189,7 +190,7 @@ class TaggerModule(ServingModule):
 
     def word_pieces(self, words):
         """Each word's pieces, tokenized on its own (ragged); a word of none is one [UNK]."""
-        pieces = tf.cast(self._tokenizer.graph_tokenize(words), tf.int32)
+        pieces = tf.cast(self._tokenizer.graph_tokenize_words(words), tf.int32)
         empty = pieces.row_lengths() == 0
         unknown = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], self._unk_id), tf.cast(empty, tf.int64)

@@ -18,7 +18,7 @@ import numpy as np
 
 from amptrain.data import readers
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import CLS, PAD_ID, SEP, WordPiece
+from amptrain.data.vocabulary import PAD_ID
 from amptrain.metrics.classification import classification_metrics
 from amptrain.tasks.base import Split
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
@@ -90,7 +90,7 @@ class ClassificationTask(TextTask):
         # Unknown labels are reported before any slow work.
         label_ids = {name: readers.label_ids(examples[name], self.labels, paths[name]) for name in wanted}
         train_texts = [e.text for e in examples["train"]] if "train" in examples else None
-        self.tokenizer = WordPiece(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
+        self.tokenizer = self._make_tokenizer(train_texts)
         present = [name for name in split_names if name in examples]
         first = self._add_splits(
             {name: self._encode(name, paths[name], examples[name], label_ids[name]) for name in present}
@@ -118,11 +118,11 @@ class ClassificationTask(TextTask):
     @property
     def sep_id(self):
         """[SEP]'s id when a pretrained encoder was trained with it ending every text, else None."""
-        return self.tokenizer.token_id(SEP) if self.checkpoint is not None else None
+        return self.tokenizer.end_id if self.checkpoint is not None else None
 
     def encode_texts(self, texts):
         """[CLS] and each text's pieces (and [SEP] for a pretrained encoder)."""
-        cls = np.array([self.tokenizer.token_id(CLS)], np.int32)
+        cls = np.array([self.tokenizer.start_id], np.int32)  # [CLS], or the family's start piece
         end = np.array([] if self.sep_id is None else [self.sep_id], np.int32)
         return [np.concatenate([cls, ids, end]) for ids in self.tokenizer.encode(texts)]
 

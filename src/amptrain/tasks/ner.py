@@ -27,7 +27,7 @@ import numpy as np
 
 from amptrain.data import conll
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
+from amptrain.data.vocabulary import PAD_ID
 from amptrain.metrics import spans
 from amptrain.tasks.base import Split
 from amptrain.tasks.ner_features import CHARS_PER_WORD, NUM_CHARS, NUM_SHAPES, align, piece_chars, piece_shapes
@@ -95,7 +95,7 @@ class NerTask(TextTask):
         # Unknown tags are reported before any slow work.
         tag_ids = {name: conll.tag_ids(sentences[name], self.labels, paths[name]) for name in wanted}
         train_texts = [" ".join(s.words) for s in sentences["train"]] if "train" in sentences else None
-        self.tokenizer = WordPiece(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
+        self.tokenizer = self._make_tokenizer(train_texts)
         self.lowercase_counts = self._load_or_make_lowercase_counts(sentences.get("train"))
         present = [name for name in split_names if name in sentences]
         if self._add_splits(
@@ -139,14 +139,14 @@ class NerTask(TextTask):
         """Piece ids of each distinct word, tokenized on its own; a word that makes no piece
         (odd characters only) is one [UNK] piece."""
         distinct = sorted(set(words))
-        unknown = np.array([self.tokenizer.token_id(UNK)], np.int32)
-        encoded = self.tokenizer.encode(distinct) if distinct else []
+        unknown = np.array([self.tokenizer.unknown_id], np.int32)
+        encoded = self.tokenizer.encode_words(distinct) if distinct else []
         return {word: ids if len(ids) else unknown for word, ids in zip(distinct, encoded)}
 
     def _encode(self, name, path, sentences, tag_ids):
         pieces = self.word_pieces([w for s in sentences for w in s.words])
-        cls_id = self.tokenizer.token_id(CLS)
-        sep_id = self.tokenizer.token_id(SEP) if self.checkpoint is not None else None  # as it was trained
+        cls_id = self.tokenizer.start_id  # [CLS], or the family's start piece (RoBERTa's <s>)
+        sep_id = self.tokenizer.end_id if self.checkpoint is not None else None  # as it was trained
         return tagged_split(
             name, path, sentences, tag_ids, pieces, self.config.data.max_length, cls_id, self.lowercase_counts, sep_id
         )

@@ -19,7 +19,7 @@ import numpy as np
 
 from amptrain.config import pretrained
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
-from amptrain.data.vocabulary import load_vocabulary, save_vocabulary, train_vocabulary
+from amptrain.data.vocabulary import WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
 from amptrain.errors import ConfigError
 from amptrain.tasks.base import Task
 
@@ -110,6 +110,22 @@ class TextTask(Task):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(labels, f)
         return labels
+
+    def _make_tokenizer(self, train_texts):
+        """The pretrained encoder's own tokenizer (its family's: models/families/), its pieces
+        recorded in the run folder's vocab.txt; else WordPiece on `_load_or_make_vocabulary`."""
+        if self.checkpoint is None:
+            return WordPiece(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
+        tokenizer = self.checkpoint.family.tokenizer(self.checkpoint)
+        if tokenizer.size > self.checkpoint.vocabulary_size:
+            raise ConfigError(
+                f"{self.checkpoint.vocabulary_path}: {tokenizer.size} pieces, but the embedding table of "
+                f"{self.checkpoint.path}/config.json has {self.checkpoint.vocabulary_size} rows"
+            )
+        saved = os.path.join(self.run_dir, VOCABULARY_FILE)
+        if not os.path.exists(saved):
+            save_vocabulary(tokenizer.vocabulary, saved)
+        return tokenizer
 
     def _load_or_make_vocabulary(self, train_texts, name=VOCABULARY_FILE):
         """The run folder's vocabulary `name`, else `data.vocabulary`, else one trained on
