@@ -12,6 +12,7 @@ import pytest
 
 from amptrain.config.pretrained import read_checkpoint
 from amptrain.errors import ConfigError
+from amptrain.models.families import family_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = ["roberta", "xlm-roberta", "distilbert", "albert"]
@@ -34,7 +35,7 @@ def tokenizers():
     def get(family):
         if family not in cache:
             checkpoint = read_checkpoint(folder(family))
-            cache[family] = checkpoint.family.tokenizer(checkpoint)
+            cache[family] = family_of(checkpoint).tokenizer(checkpoint)
         return cache[family]
 
     return get

@@ -25,15 +25,15 @@ import hashlib
 import json
 import os
 
+from amptrain.config.families import FOLDER_RULES
 from amptrain.config.pretrained_weights import check_weights
 from amptrain.errors import ConfigError
-from amptrain.models.families import FAMILIES, base
 
 # The families a Hugging Face folder may be (`config.json`'s `model_type`), each an adapter
 # in models/families/; a keras-hub preset folder is read for BERT only.
-SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+SUPPORTED_MODEL_TYPES = tuple(FOLDER_RULES)
 KERAS_HUB_BACKBONES = ("keras_hub>BertBackbone",)
-SHAPE_KEYS = dict.fromkeys(base.SHAPE_KEYS)  # model.* keys the checkpoint fixes
+SHAPE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim")  # model.* keys the checkpoint fixes
 POOLING_FILE = os.path.join("1_Pooling", "config.json")
 # What a folder may claim before anything is built (the largest released models are well inside).
 BOUNDS = {
@@ -72,11 +72,6 @@ class Checkpoint:
     def shape(self):
         return {key: getattr(self, key) for key in SHAPE_KEYS}
 
-    @property
-    def family(self):
-        """The checkpoint's adapter (models/families/)."""
-        return FAMILIES[self.model_type]
-
 
 def _read_json(path):
     try:
@@ -114,11 +109,11 @@ def read_checkpoint(path):
 
 def _huggingface_checkpoint(path, config_path, config):
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    if model_type not in FOLDER_RULES:
         raise ConfigError(
-            f"{config_path}: model_type {model_type!r:.80} is not supported; supported: {', '.join(FAMILIES)}"
+            f"{config_path}: model_type {model_type!r:.80} is not supported; supported: {', '.join(FOLDER_RULES)}"
         )
-    family = FAMILIES[model_type]
+    family = FOLDER_RULES[model_type]
     _refuse_code(config_path, config)
     sizes = _sizes(config_path, config, family)
     for name in family.tokenizer_files:

@@ -32,6 +32,7 @@ from amptrain.models.blocks import SOFTMAX_REASON
 from amptrain.models.chars import CharWordEncoder
 from amptrain.models.classifier import MaskedMeanPooling
 from amptrain.models.dropout import Dropout
+from amptrain.models.families import family_of
 from amptrain.models.families.layers import FirstState, SwapIds
 from amptrain.models.families.loading import load_backbone
 from amptrain.models.islands import float32_island
@@ -47,7 +48,7 @@ def load_encoder(checkpoint, dtype, dropout):
     `dtype`, corrected against `transformers` (the module docstring; models/families/)."""
     import keras_hub
 
-    family = checkpoint.family
+    family = family_of(checkpoint)
     options = {"dtype": dtype, "dropout": dropout, "name": ENCODER_NAME}
     if checkpoint.layout == "huggingface":
         encoder = load_backbone(family, checkpoint.path, **options)
@@ -97,7 +98,7 @@ class SegmentIds(keras.layers.Layer):
 
 def _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=False):
     """(the states, (batch, length, hidden), and the pooled state) of the encoder on amptrain's inputs."""
-    family = checkpoint.family
+    family = family_of(checkpoint)
     encoder = load_encoder(checkpoint, dtype, model_config.dropout)
     if family.pooler:
         # The [CLS] pooler gets no gradient unless its output is used: frozen, it is no variable to update.

@@ -21,6 +21,7 @@ from amptrain.config import pretrained
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
 from amptrain.data.vocabulary import WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
 from amptrain.errors import ConfigError
+from amptrain.models.families import family_of
 from amptrain.tasks.base import Task
 
 logger = logging.getLogger("amptrain")
@@ -116,7 +117,7 @@ class TextTask(Task):
         recorded in the run folder's vocab.txt; else WordPiece on `_load_or_make_vocabulary`."""
         if self.checkpoint is None:
             return WordPiece(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
-        tokenizer = self.checkpoint.family.tokenizer(self.checkpoint)
+        tokenizer = family_of(self.checkpoint).tokenizer(self.checkpoint)
         if tokenizer.size > self.checkpoint.vocabulary_size:
             raise ConfigError(
                 f"{self.checkpoint.vocabulary_path}: {tokenizer.size} pieces, but the embedding table of "

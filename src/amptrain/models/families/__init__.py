@@ -1,6 +1,7 @@
 """One adapter a pretrained family (`model.pretrained`), as keras-hub keeps a folder a model:
-the backbone, the tokenizer and its special pieces, the config keys, the layer walk and the
-pooling (`base.Family`). Adding a family is one file here, its line below, and its tests.
+the backbone, the tokenizer and its special pieces, the layer walk, the pooling and the
+corrections (`base.Family`); what its folder must hold is its entry in config/families.py.
+Adding a family is one file here, its line below and there, and its tests.
 
 | `model_type`  | keras-hub backbone  | tokenizer files           |
 |---------------|---------------------|---------------------------|
@@ -14,3 +15,8 @@ pooling (`base.Family`). Adding a family is one file here, its line below, and i
 from amptrain.models.families import albert, bert, distilbert, roberta, xlm_roberta
 
 FAMILIES = {m.FAMILY.model_type: m.FAMILY for m in (bert, roberta, xlm_roberta, distilbert, albert)}
+
+
+def family_of(checkpoint):
+    """The adapter of a `config.pretrained.Checkpoint`."""
+    return FAMILIES[checkpoint.model_type]

@@ -9,8 +9,7 @@ layer, at the top; the embeddings one step below.
 
 import os
 
-from amptrain.models.families.base import Family, lower_cased
-from amptrain.models.families.bert import CONFIG_KEYS
+from amptrain.models.families.base import Family
 
 
 def sentence_piece_tokenizer(path, lowercase):
@@ -29,27 +28,12 @@ def shared_layers(encoder):
     ]
 
 
-def weight_shapes(config):
-    hidden, intermediate = config["hidden_size"], config["intermediate_size"]
-    shapes = {"embeddings.word_embeddings.weight": (config["vocab_size"], config.get("embedding_size", 128))}
-    for g in range(config.get("num_hidden_groups", 1)):
-        for i in range(config.get("inner_group_num", 1)):
-            prefix = f"encoder.albert_layer_groups.{g}.albert_layers.{i}."
-            shapes[prefix + "attention.query.weight"] = (hidden, hidden)
-            shapes[prefix + "ffn_output.weight"] = (hidden, intermediate)
-    return shapes
-
-
 FAMILY = Family(
     model_type="albert",
     backbone="AlbertBackbone",
     converter="convert_albert",
-    config_keys=CONFIG_KEYS,
-    tokenizer_files=("spiece.model",),
     make_tokenizer=sentence_piece_tokenizer,
-    lowercase=lower_cased,
     layers=shared_layers,
-    weight_shapes=weight_shapes,
     keras_hub_activation="gelu_approximate",
     segment_ids=True,
     pooler="pooled_dense",

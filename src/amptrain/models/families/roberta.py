@@ -1,5 +1,5 @@
 """RoBERTa (`model_type = "roberta"`): keras-hub's RobertaBackbone, byte-level BPE
-(`vocab.json` + `merges.txt`, cased), `<s> ... </s>`, no segment ids, `<pad>` = 1.
+(`vocab.json` + `merges.txt`), `<s> ... </s>`, no segment ids, `<pad>` = 1.
 
 Corrected: keras-hub's converter drops RoBERTa's token-type embedding (one row, added to
 every piece by `transformers`); it is folded into the position embeddings here, as
@@ -9,23 +9,13 @@ Positions start after the 2 rows RoBERTa reserves: `max_position_embeddings - 2`
 
 import os
 
-from amptrain.models.families.base import Family, bert_layers, cased, encoder_weights
-from amptrain.models.families.bert import CONFIG_KEYS
+from amptrain.models.families.base import Family, bert_layers
 
 
 def byte_pair_tokenizer(path, lowercase):
     from amptrain.models.families.tokenizers import BytePairPieces
 
     return BytePairPieces(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"), pad_id=1)
-
-
-def weight_shapes(config):
-    hidden = config["hidden_size"]
-    embeddings = {
-        "embeddings.word_embeddings.weight": (config["vocab_size"], hidden),
-        "embeddings.token_type_embeddings.weight": (config.get("type_vocab_size", 1), hidden),
-    }
-    return encoder_weights("", config, extra=embeddings)
 
 
 def fold_token_type(encoder, checkpoint):
@@ -42,13 +32,8 @@ FAMILY = Family(
     model_type="roberta",
     backbone="RobertaBackbone",
     converter="convert_roberta",
-    config_keys=CONFIG_KEYS,
-    tokenizer_files=("vocab.json", "merges.txt"),
     make_tokenizer=byte_pair_tokenizer,
-    lowercase=cased,
     layers=bert_layers,
-    weight_shapes=weight_shapes,
-    position_offset=2,
     pad_id=1,
     correct=fold_token_type,
 )

@@ -16,27 +16,26 @@ model before its embedding (`families.base.SwapIds`): the swap is its own invers
 import json
 
 import numpy as np
+import tensorflow as tf
 
 
 def swapped(ids, pad_id):
     """`ids` with 0 and `pad_id` exchanged (numpy or TensorFlow)."""
     if pad_id == 0:
         return ids
-    import tensorflow as tf
-
     where = np.where if isinstance(ids, np.ndarray) else tf.where
     return where(ids == 0, pad_id, where(ids == pad_id, 0, ids))
 
 
-class _Pieces:
+class _Pieces(tf.Module):
     """What every family's tokenizer shares: ids from `_tokenize` (the checkpoint's own ids),
-    swapped to amptrain's; `vocabulary` in the checkpoint's id order."""
+    swapped to amptrain's; `vocabulary` in the checkpoint's id order. A `tf.Module`, so that
+    a serving graph holding it saves its tables (keras-hub BPE's cache, the SentencePiece model)."""
 
     word_prefix = ""  # prepended to each word tokenized on its own (NER)
 
     def __init__(self, vocabulary, pad_id, specials):
-        import tensorflow as tf
-
+        super().__init__()
         self.vocabulary = list(vocabulary)
         self.pad_id = pad_id
         self._index = {piece: i for i, piece in enumerate(self.vocabulary)}
@@ -53,19 +52,13 @@ class _Pieces:
         return int(swapped(np.array(self._index[token]), self.pad_id))
 
     def graph_tokenize(self, texts):
-        import tensorflow as tf
-
         ids = tf.cast(self._tokenize(texts), tf.int32)
         return ids.with_flat_values(swapped(ids.flat_values, self.pad_id))
 
     def graph_tokenize_words(self, words):
-        import tensorflow as tf
-
         return self.graph_tokenize(tf.strings.join([self.word_prefix, words]) if self.word_prefix else words)
 
     def encode(self, texts, chunk_size=4096):
-        import tensorflow as tf
-
         result = []
         for start in range(0, len(texts), chunk_size):
             ragged = self._graph(tf.constant(texts[start : start + chunk_size]))
@@ -119,7 +112,6 @@ class SentencePieces(_Pieces):
         super().__init__(pieces, pad_id, specials)
 
     def _tokenize(self, texts):
-        import tensorflow as tf
         import tensorflow_text as tf_text
 
         if self._lowercase:

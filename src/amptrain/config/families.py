@@ -1,0 +1,104 @@
+"""What a pretrained family's folder must hold (`model.pretrained`), read from JSON alone:
+its config.json keys, its tokenizer files, its casing and the weights its config implies.
+
+    rules = FOLDER_RULES["distilbert"]
+    rules.config_keys["hidden_dim"], rules.tokenizer_files   # "dim", ("vocab.txt",)
+
+The model side of each family (keras-hub backbone, tokenizer, layer walk, pooling,
+corrections) is its adapter in models/families/, one file a family; this table is the part
+`config/pretrained.py` checks a folder against before anything is built (the config layer
+imports no model code). A new family is one entry here and one file there.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+BERT_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "hidden_dim": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_dim": "intermediate_size",
+    "vocabulary_size": "vocab_size",
+    "max_positions": "max_position_embeddings",
+}
+DISTILBERT_KEYS = {
+    "num_layers": "n_layers",
+    "hidden_dim": "dim",
+    "num_heads": "n_heads",
+    "intermediate_dim": "hidden_dim",  # DistilBERT's name for the feed-forward width
+    "vocabulary_size": "vocab_size",
+    "max_positions": "max_position_embeddings",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderRules:
+    model_type: str  # config.json's `model_type`
+    config_keys: dict  # amptrain's names (model.* and the sizes) -> config.json's
+    tokenizer_files: tuple  # the first is `Checkpoint.vocabulary_path`
+    lowercase: Callable  # (tokenizer_config.json's dict) -> whether the tokenizer lower-cases
+    weight_shapes: Callable  # (config.json's dict) -> {weight name: shape} the weights must hold
+    activation_key: str = "hidden_act"
+    position_offset: int = 0  # position rows the family reserves (RoBERTa's padding_idx + 1)
+
+
+def lower_cased(tokenizer_config):
+    """`do_lower_case` (absent: lower-cased, as `transformers`' BERT and ALBERT tokenizers default)."""
+    return bool(tokenizer_config.get("do_lower_case", True))
+
+
+def cased(tokenizer_config):
+    return False
+
+
+def bert_weights(config):
+    """The word embeddings and each layer's first and last weights, BERT's names."""
+    hidden, intermediate = config["hidden_size"], config["intermediate_size"]
+    shapes = {"embeddings.word_embeddings.weight": (config["vocab_size"], hidden)}
+    for i in range(config["num_hidden_layers"]):
+        shapes[f"encoder.layer.{i}.attention.self.query.weight"] = (hidden, hidden)
+        shapes[f"encoder.layer.{i}.output.dense.weight"] = (hidden, intermediate)
+    return shapes
+
+
+def roberta_weights(config):
+    rows = config.get("type_vocab_size", 1)
+    return {**bert_weights(config), "embeddings.token_type_embeddings.weight": (rows, config["hidden_size"])}
+
+
+def distilbert_weights(config):
+    dim, intermediate = config["dim"], config["hidden_dim"]
+    shapes = {"embeddings.word_embeddings.weight": (config["vocab_size"], dim)}
+    for i in range(config["n_layers"]):
+        shapes[f"transformer.layer.{i}.attention.q_lin.weight"] = (dim, dim)
+        shapes[f"transformer.layer.{i}.ffn.lin2.weight"] = (dim, intermediate)
+    return shapes
+
+
+def albert_weights(config):
+    """ALBERT's factorised embeddings and its shared layers (`num_hidden_groups` x `inner_group_num`)."""
+    hidden, intermediate = config["hidden_size"], config["intermediate_size"]
+    shapes = {"embeddings.word_embeddings.weight": (config["vocab_size"], config.get("embedding_size", 128))}
+    for g in range(_count(config, "num_hidden_groups")):
+        for i in range(_count(config, "inner_group_num")):
+            prefix = f"encoder.albert_layer_groups.{g}.albert_layers.{i}."
+            shapes[prefix + "attention.query.weight"] = (hidden, hidden)
+            shapes[prefix + "ffn_output.weight"] = (hidden, intermediate)
+    return shapes
+
+
+def _count(config, key):
+    value = config.get(key, 1)
+    return value if type(value) is int and 1 <= value <= 128 else 0  # a bad count: no weight matches
+
+
+FOLDER_RULES = {
+    rules.model_type: rules
+    for rules in (
+        FolderRules("bert", BERT_KEYS, ("vocab.txt",), lower_cased, bert_weights),
+        FolderRules("roberta", BERT_KEYS, ("vocab.json", "merges.txt"), cased, roberta_weights, position_offset=2),
+        FolderRules("xlm-roberta", BERT_KEYS, ("sentencepiece.bpe.model",), cased, roberta_weights, position_offset=2),
+        FolderRules("distilbert", DISTILBERT_KEYS, ("vocab.txt",), lower_cased, distilbert_weights, "activation"),
+        FolderRules("albert", BERT_KEYS, ("spiece.model",), lower_cased, albert_weights),
+    )
+}
