@@ -13,7 +13,6 @@ is its entry in config/families.py, checked before anything is built.
 """
 
 import dataclasses
-import functools
 from collections.abc import Callable
 
 
@@ -31,14 +30,7 @@ class Family:
     correct: Callable = lambda encoder, checkpoint: None  # corrections beyond the shared ones
 
     def tokenizer(self, checkpoint):
-        """The checkpoint's tokenizer, one a folder and process: `eval`, `predict` and
-        `export` after a fit reuse its traced graph (keras-hub's BPE takes seconds to trace)."""
-        return _tokenizer(self.make_tokenizer, checkpoint.path, checkpoint.lowercase)
-
-
-@functools.cache
-def _tokenizer(make_tokenizer, path, lowercase):
-    return make_tokenizer(path, lowercase)
+        return self.make_tokenizer(checkpoint.path, checkpoint.lowercase)
 
 
 def bert_layers(encoder):
