@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 from amptrain import config as config_lib
+from amptrain.engine import learned_files, run_lock
 from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
@@ -37,17 +38,20 @@ def fit_config(config, run_dir, overwrite=False, make_task=None):
 
     run_dir = os.path.abspath(run_dir)
     cluster = Cluster.from_env()
-    if cluster.is_chief:
-        _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
-        write_dir = run_dir
-    else:
-        # The others write into a folder of their own, removed at the end.
-        write_dir = tempfile.mkdtemp(prefix=f"amptrain-worker{cluster.index}-")
+    lock = run_lock.RunLock(run_dir, "fit").acquire() if cluster.is_chief else None  # one writer a folder
+    write_dir = run_dir
     try:
+        if cluster.is_chief:
+            _claim_run_dir(config, run_dir, overwrite)  # saves the config as given, check-numerics or not
+        else:
+            # The others write into a folder of their own, removed at the end.
+            write_dir = tempfile.mkdtemp(prefix=f"amptrain-worker{cluster.index}-")
         return _fit(config, run_dir, write_dir, cluster, make_task)
     finally:
         if write_dir != run_dir:
             shutil.rmtree(write_dir, ignore_errors=True)
+        if lock is not None:
+            lock.release()
 
 
 def _fit(config, run_dir, write_dir, cluster, make_task=None):
@@ -60,7 +64,10 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
     task = (make_task or create_task)(config, run_dir)
+    learned_files.check(run_dir)  # a resume trains on with the files its checkpoints index
     placement, choice = _prepare(config, task, cluster, run_dir)
+    if cluster.is_chief:
+        learned_files.record(run_dir, task.learned_files())
     logger.info(probe.summary(choice))
     xla_asked = xla_modes.uses_xla(config.runtime.jit_compile)  # check-numerics says it turns that off
     config = probe.apply(config, choice)  # the run's config, resolved once
@@ -175,12 +182,12 @@ def _claim_run_dir(config, run_dir, overwrite):
     its own retry: it is started afresh."""
     saved_path = os.path.join(run_dir, "config.toml")
     if overwrite and os.path.exists(run_dir):
-        shutil.rmtree(run_dir)
+        _empty(run_dir)
     elif os.path.exists(saved_path):
         saved = config_lib.load_config(saved_path, base_dir=run_dir)
         differing = config_lib.differing_keys(saved, config)
         if differing and _never_trained(run_dir):
-            shutil.rmtree(run_dir)  # only what the failed start wrote: config, learned files, log
+            _empty(run_dir)  # only what the failed start wrote: config, learned files, log
         elif differing:
             raise ConfigError(
                 f"{run_dir} holds a run with a different config ({', '.join(differing)}); "
@@ -193,6 +200,14 @@ def _claim_run_dir(config, run_dir, overwrite):
         raise UserError(
             f"{run_dir}: cannot write the run folder ({error.strerror}); pass --run-dir a folder you can write"
         ) from None
+
+
+def _empty(run_dir):
+    """Deletes what `run_dir` holds except the lock this process holds on it."""
+    for name in os.listdir(run_dir):
+        path = os.path.join(run_dir, name)
+        if not run_lock.keep_lock(name):
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
 
 def _never_trained(run_dir):
@@ -220,10 +235,11 @@ def load_run(run_dir, split_names):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
     config = probe.resolved_for(config_lib.load_config(saved_path, base_dir=run_dir), run_dir)
     task = create_task(config, run_dir)
+    learned_files.check(run_dir)
     task.prepare(split_names)
     model, _, _ = task.create_model()
     try:
-        checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"))
+        checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"), task.learned_files())
     except FileNotFoundError:
         raise UserError(f"{run_dir}: no checkpoint yet; train first with `amptrain fit`") from None
     trainer = Trainer(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
@@ -236,14 +252,15 @@ def evaluate(run_dir, split="test", data=None):
 
     if not os.path.exists(os.path.join(run_dir, "config.toml")):  # before the log goes there
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    setup_logging(run_dir)
-    task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,))
-    if data:
-        split = "data"
-        task.add_split(split, os.path.abspath(data))
-    elif split not in task.splits:
-        raise UserError(f"{run_dir}: the run's config has no data.{split} file; pass --data PATH")
-    metrics = task.evaluate(split, model, predict_fn)
+    with run_lock.hold(run_dir, "eval"):  # it writes train.log: not beside a fit
+        setup_logging(run_dir)
+        task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,))
+        if data:
+            split = "data"
+            task.add_split(split, os.path.abspath(data))
+        elif split not in task.splits:
+            raise UserError(f"{run_dir}: the run's config has no data.{split} file; pass --data PATH")
+        metrics = task.evaluate(split, model, predict_fn)
     return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
 
 

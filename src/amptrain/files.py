@@ -1,12 +1,25 @@
 """Files written whole or not at all: the run folder's records, the probe's cache."""
 
+import contextlib
 import os
+import tempfile
 
 
 def atomic_write(path, text):
     """Writes `text` to `path` through a temporary file and a rename: a crash leaves the old
     file or the new one, never half of one."""
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temporary, path)
+    # A temporary name of its own: two writers sharing `path + ".tmp"` would rename each
+    # other's half-written file into place.
+    folder, name = os.path.split(path)
+    handle, temporary = tempfile.mkstemp(dir=folder or ".", prefix=name + ".", suffix=".tmp")
+    try:
+        os.fchmod(handle, 0o644)  # mkstemp's 0600 would stay on the file after the rename
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)  # a full disk leaves no temporary file behind
+        raise

@@ -141,14 +141,28 @@ def best_or_latest(directory):
     return best or newest_intact(directory, purpose="the weights")
 
 
-def restore_weights(model, directory):
+def restore_weights(model, directory, learned=()):
     """Restores only the model's weights from a run's checkpoints (for eval and predict): the
-    best ones, else the latest."""
+    best ones, else the latest. A shape that differs (the model was sized by `learned`, the
+    run folder's learned files) is one line naming them."""
     path = best_or_latest(directory)
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    restore_model(model, path, os.path.dirname(directory), learned)
     return path
+
+
+def restore_model(model, path, run_dir, learned=(), check_all=False):
+    """The model's weights from checkpoint `path`; a mismatch is a `CheckpointError` naming the
+    learned files the model was built from (`learned_files.explain_mismatch`)."""
+    from amptrain.engine.learned_files import explain_mismatch
+
+    try:
+        status = tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        if check_all:
+            status.assert_existing_objects_matched()
+    except (ValueError, tf.errors.InvalidArgumentError) as error:
+        raise explain_mismatch(error, path, run_dir, learned) from None
 
 
 def _step_of(prefix):

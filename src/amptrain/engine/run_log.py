@@ -86,10 +86,20 @@ def _kept_on_resume(record, resume_step):
 
 
 def read_metrics(path):
+    """The records of `path`. A line that is not JSON (the half-written last line a full disk
+    or a kill leaves) is reported and skipped: the records before it are intact."""
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                logger.warning(f"{path}:{number}: not a whole JSON record (a write cut short?); skipped")
+    return records
 
 
 def run_record(config, placement, cluster, policy, policy_reason, scaler, start_step, steps):

@@ -42,14 +42,15 @@ def load_for_export(run_dir, which="best", precision="float32", overrides=(), ma
     """(task, model, checkpoint path): the run's task prepared from its folder alone (no
     data split read; `make_task(config, run_dir)` builds it, by default from the config)
     and its model built under `precision`'s policy with the weights of the `which` checkpoint."""
-    import tensorflow as tf
-
+    from amptrain.engine import learned_files
+    from amptrain.engine.checkpoints import restore_model
     from amptrain.tasks import create_task
 
     config = load_config(run_dir, overrides)
     path = checkpoint_path(run_dir, which)  # before the slow work
     task = (make_task or create_task)(config, run_dir)
+    learned_files.check(run_dir)
     task.prepare(())
     model = task.build_model(PRECISIONS[precision])
-    tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
+    restore_model(model, path, run_dir, task.learned_files(), check_all=True)
     return task, model, path

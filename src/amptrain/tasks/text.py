@@ -91,6 +91,10 @@ class TextTask(Task):
         """The files the task learns from the training split into the run folder."""
         return [LABELS_FILE, VOCABULARY_FILE]
 
+    def learned_files(self):
+        """The names of the files learned into the run folder (`engine.learned_files` hashes them)."""
+        return self._learned_files()
+
     def _wanted_splits(self, split_names):
         """The named splits the config has, with `train` first when the run folder has not
         learned its files (`_learned_files`) from it yet."""
@@ -105,8 +109,7 @@ class TextTask(Task):
         """The label list saved in the run folder, else `make()` (from the training split), saved."""
         path = os.path.join(self.run_dir, LABELS_FILE)
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                return json.load(f)
+            return _read_labels(path)
         labels = make()
         with open(path, "w", encoding="utf-8") as f:
             json.dump(labels, f)
@@ -242,6 +245,20 @@ class TextTask(Task):
         plan = self.plan(split, shuffle=False)
         outputs = predict(self.dataset(split, plan, 0, plan.steps_per_epoch))
         return [(indices, output) for (indices, _), output in zip(plan.epoch(0), outputs)]
+
+
+def _read_labels(path):
+    """The run's label list; a damaged file is one line naming it."""
+    from amptrain.errors import DataError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            labels = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(f"{path}: damaged ({error}); expected the JSON list of labels the run learned") from None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels) or not labels:
+        raise DataError(f"{path}: expected a JSON list of label names, received {str(labels)[:80]}")
+    return labels
 
 
 def token_counts(padding_mask):
