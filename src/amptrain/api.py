@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 from amptrain import config as config_lib
-from amptrain.engine import learned_files, run_lock
+from amptrain.engine import disk_full, learned_files, run_lock
 from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
@@ -47,6 +47,11 @@ def fit_config(config, run_dir, overwrite=False, make_task=None):
             # The others write into a folder of their own, removed at the end.
             write_dir = tempfile.mkdtemp(prefix=f"amptrain-worker{cluster.index}-")
         return _fit(config, run_dir, write_dir, cluster, make_task)
+    except Exception as error:
+        explained = disk_full.explain(error, run_dir)
+        if explained is None:
+            raise
+        raise explained from None
     finally:
         if write_dir != run_dir:
             shutil.rmtree(write_dir, ignore_errors=True)

@@ -96,6 +96,11 @@ class Checkpoints:
         """The newest intact checkpoint where restores read from (None when there is none)."""
         return newest_intact(self.source)
 
+    def saved_step(self):
+        """The step of the newest checkpoint saved in this folder (None before the first)."""
+        path = self.manager.latest_checkpoint
+        return _step_of(path) if path else None
+
     def save(self):
         self._check_finite()
         return self._verified(self.manager.save(checkpoint_number=int(self.step.numpy())))

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from amptrain.engine.histograms import Histograms
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.profiling import StepProfiler
+from amptrain.engine.signals import sigterm_flag
 from amptrain.engine.run_log import (
     EVERY_WORKER,
     LOGGER_NAME,
@@ -123,13 +123,19 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
         profiler=StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard")),  # None: off
         histograms=Histograms.from_config(config, job, parts.trainer, scalars),  # None: off
     )
-    try:
-        loop.run(start_step)
-        # The chief may still be writing the best checkpoint that every worker reads next.
-        distribute.barrier(placement.strategy)
-        metrics = _final_test(job, parts.trainer, checkpoints, log, scalars)
-    finally:
-        scalars.close()
+    with sigterm_flag() as loop.terminated:
+        try:
+            loop.run(start_step)
+            # The chief may still be writing the best checkpoint that every worker reads next.
+            distribute.barrier(placement.strategy)
+            last_step = int(checkpoints.step.numpy())
+            metrics = _final_test(job, parts.trainer, checkpoints, log, scalars)
+            if loop.terminated.is_set():  # during the final test: no `end` record, a rerun scores it again
+                logger.info("interrupted during the final test: rerun the same command to score it again")
+                raise Interrupted("SIGTERM")
+            log.write({"kind": "end", "step": last_step})
+        finally:
+            scalars.close()
     who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
     step = int(parts.trainer.step.numpy())
     logger.info(f"{who}final weights {weights_fingerprint(job.model)} (step {step})", extra=EVERY_WORKER)
@@ -154,7 +160,7 @@ class _Loop:
         self.lr_factor = parts.learning_rate_factor
         self.utilisation, self.profiler, self.histograms = utilisation, profiler, histograms
         self.watch = NumericsWatch(self.trainer, log)
-        self.terminated = threading.Event()  # set by the SIGTERM handler that `run` installs
+        self.terminated = threading.Event()  # replaced by run_training with the SIGTERM flag (engine/signals.py)
         self.spe = config.runtime.steps_per_execution
         t = config.train
         # a graph call never crosses one of these
@@ -165,24 +171,18 @@ class _Loop:
 
     def run(self, start_step):
         step = start_step
-        if step >= self.steps or self._stopped_early():
-            return
-        if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
-            self.checkpoints.save()  # something to go back to before the first interval
-        # Signal handlers can only be set from the main thread (fit may run elsewhere).
-        # The handler only raises a flag that the loop checks after each graph call: an
-        # exception raised wherever the signal lands (inside the input generator that
-        # TensorFlow calls back, or halfway through writing a checkpoint) could leave
-        # the process hanging instead of saving.
-        in_main_thread = threading.current_thread() is threading.main_thread()
-        previous_handler = (
-            signal.signal(signal.SIGTERM, lambda signum, frame: self.terminated.set()) if in_main_thread else None
-        )
         try:
+            if self._evaluation_missed(step) and self._evaluate_and_checkpoint(step):
+                return
+            if step >= self.steps or self._stopped_early():
+                return
+            if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
+                self.checkpoints.save()  # something to go back to before the first interval
             while step < self.steps:
                 step = self._train_from(step)
         except (KeyboardInterrupt, Interrupted):
-            self.checkpoints.save()
+            if self.checkpoints.saved_step() != int(self.trainer.step.numpy()):
+                self.checkpoints.save()
             logger.info(
                 f"interrupted: saved a checkpoint at step {int(self.trainer.step.numpy())}; "
                 "rerun the same command to resume"
@@ -191,8 +191,15 @@ class _Loop:
         finally:
             if self.profiler:  # a run that ended (or stopped) inside the range
                 self.profiler.stop(int(self.trainer.step.numpy()))
-            if in_main_thread:
-                signal.signal(signal.SIGTERM, previous_handler)
+
+    def _evaluation_missed(self, step):
+        """True when the run resumes at a step whose dev evaluation an interruption skipped (a
+        signal during it, or just before it): it is done before training on, so the best
+        checkpoint is the one an uninterrupted run picks. Read from the chief's records."""
+        if not step or not self.job.has_dev or (step % self.eval_every and step != self.steps):
+            return False
+        records = read_metrics(os.path.join(os.path.dirname(self.checkpoints.source), "metrics.jsonl"))
+        return not any(r.get("kind") == "eval" and r.get("split") == "dev" and r.get("step") == step for r in records)
 
     def _train_from(self, step):
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
@@ -234,6 +241,8 @@ class _Loop:
                     self.histograms.write(step)
                 if self._end_of_interval(step) and self._evaluate_and_checkpoint(step):
                     return self.steps
+                if self.terminated.is_set():  # during the evaluation: its checkpoint is saved
+                    raise Interrupted("SIGTERM")
         finally:
             progress.clear()
         return step
@@ -366,8 +375,7 @@ def _write_eval(log, scalars, step, split, checkpoint, metrics):
 
 
 def _final_test(job, trainer, checkpoints, log, scalars):
-    """Scores the test split with the best checkpoint and marks the run finished."""
-    last_step = int(checkpoints.step.numpy())
+    """Scores the test split with the best checkpoint (the caller then marks the run finished)."""
     metrics = {}
     if job.has_test:
         path = checkpoints.restore_best()
@@ -375,7 +383,6 @@ def _final_test(job, trainer, checkpoints, log, scalars):
         predictions = os.path.join(os.path.dirname(checkpoints.directory), "predictions-test")
         metrics = job.evaluate("test", job.model, trainer.predict, predictions)
         _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
-    log.write({"kind": "end", "step": last_step})
     return metrics
 
 

@@ -149,14 +149,17 @@ class TextTask(Task):
         return vocabulary
 
     def _add_splits(self, splits):
-        """Keeps `splits` (name -> Split); they all take the first one's bucket lengths, which
-        become the task's (`boundaries`). Returns the first, or None."""
+        """Keeps `splits` (name -> Split); the first one's bucket lengths become the task's
+        (`boundaries`), and every other split is padded to buckets of its own lengths. (With
+        the first one's, a test text longer than every training text went to the last
+        boundary, `max_length`: 100,000 asked for padded a 1,250-piece text to 100,000.)
+        Returns the first, or None."""
         if not splits:
             return None
         first = next(iter(splits.values()))
         self.boundaries = self.bucket_lengths(first.lengths)
         for name, split in splits.items():
-            split.boundaries = self.boundaries
+            split.boundaries = self.boundaries if split is first else self.bucket_lengths(split.lengths)
             self.splits[name] = split
         return first
 
