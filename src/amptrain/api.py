@@ -235,10 +235,9 @@ def load_run(run_dir, split_names):
     from amptrain.precision import probe
     from amptrain.tasks import create_task
 
-    saved_path = os.path.join(run_dir, "config.toml")
-    if not os.path.exists(saved_path):
-        raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    config = probe.resolved_for(config_lib.load_config(saved_path, base_dir=run_dir), run_dir)
+    from amptrain.serving.loading import load_config
+
+    config = probe.resolved_for(load_config(run_dir, splits=split_names), run_dir)  # data files: only those read
     task = create_task(config, run_dir)
     learned_files.check(run_dir)
     task.prepare(split_names)

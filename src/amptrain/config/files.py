@@ -17,7 +17,7 @@ from amptrain.config.validation import validate
 from amptrain.errors import ConfigError
 
 
-def load_config(path, overrides=(), base_dir=None):
+def load_config(path, overrides=(), base_dir=None, check_files=True):
     """Reads a TOML file, applies `section.key=value` overrides and validates.
 
     Relative paths in the file and the overrides resolve against `base_dir`
@@ -36,10 +36,17 @@ def load_config(path, overrides=(), base_dir=None):
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     # A task class named by import path may sit next to its config.
-    return config_from_dict(raw, overrides, base_dir=base_dir, source=str(path), search=[os.path.dirname(str(path))])
+    return config_from_dict(
+        raw,
+        overrides,
+        base_dir=base_dir,
+        source=str(path),
+        search=[os.path.dirname(str(path))],
+        check_files=check_files,
+    )
 
 
-def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=()):
+def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=(), check_files=True):
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     if isinstance(overrides, dict):
         overrides = [(k, v) for k, v in overrides.items()]
@@ -58,7 +65,7 @@ def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=(
     task_class = _task_class(raw, source, [*search, base_dir or os.getcwd()])
     config = _build(raw, source, task_class)
     config = _resolve_paths(config, base_dir or os.getcwd())
-    validate(config, task_class)
+    validate(config, task_class, check_files)
     return pretrained.resolve(config, given=raw.get("model", {}))
 
 

@@ -22,13 +22,15 @@ def require(ok, key, expected, value):
         raise ConfigError(f"{key}: expected {expected}, received {value!r}")
 
 
-def validate(config, task_class):
+def validate(config, task_class, check_files=True):
     """Refuses impossible values, naming the key, what is expected and what was received:
-    the keys every task has here, then the task's own (`task_class.check_config`)."""
+    the keys every task has here, then the task's own (`task_class.check_config`).
+    `check_files=False`: a run folder's saved config, whose data files predict and export
+    do not need (the folder may have moved to another machine)."""
     d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
     for key in PATH_KEYS:
         path = getattr(d, key.split(".")[1])
-        require(not path or os.path.isfile(path), key, "an existing file", path)
+        require(not path or not check_files or os.path.isfile(path), key, "an existing file", path)
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)
     require(d.num_buckets >= 1, "data.num_buckets", "an integer >= 1", d.num_buckets)

@@ -18,12 +18,19 @@ PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mi
 CHECKPOINTS = ("best", "latest")
 
 
-def load_config(run_dir, overrides=()):
-    """The run's saved config with `overrides` (`--set decode.beam_size=…`) applied."""
+def load_config(run_dir, overrides=(), splits=()):
+    """The run's saved config with `overrides` (`--set decode.beam_size=…`) applied. Its data
+    files need not exist (a run folder moved to another machine predicts and exports from
+    its own files), except those of `splits`, which the caller reads."""
     saved_path = os.path.join(run_dir, "config.toml")
     if not os.path.exists(saved_path):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    return config_lib.load_config(saved_path, overrides, base_dir=run_dir)
+    config = config_lib.load_config(saved_path, overrides, base_dir=run_dir, check_files=False)
+    for split in splits:
+        path = getattr(config.data, split, None)
+        if path and not os.path.isfile(path):
+            raise UserError(f"data.{split}: expected an existing file, received {path!r}; pass --data PATH")
+    return config
 
 
 def checkpoint_path(run_dir, which):
