@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 from amptrain import config as config_lib
-from amptrain.engine import disk_full, learned_files, run_lock
+from amptrain.engine import disk_full, learned_files, run_lock, sanity
 from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
@@ -68,6 +68,7 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     # Only the chief reports progress on the terminal; the others their warnings and errors.
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
+    sanity.warn_about_config(config)
     task = (make_task or create_task)(config, run_dir)
     learned_files.check(run_dir)  # a resume trains on with the files its checkpoints index
     placement, choice = _prepare(config, task, cluster, run_dir)

@@ -107,7 +107,7 @@ def validate(config, task_class, check_files=True):
     require(t.epochs >= 1, "train.epochs", "an integer >= 1", t.epochs)
     require(t.batch_size >= 1, "train.batch_size", "an integer >= 1", t.batch_size)
     require(t.optimizer in ("adam", "adamw"), "train.optimizer", "adam or adamw", t.optimizer)
-    require(t.learning_rate > 0, "train.learning_rate", "a number > 0", t.learning_rate)
+    require(0 < t.learning_rate < math.inf, "train.learning_rate", "a finite number > 0", t.learning_rate)
     require(t.weight_decay >= 0, "train.weight_decay", "a number >= 0", t.weight_decay)
     require(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0", t.warmup_steps)
     require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
@@ -126,9 +126,9 @@ def validate(config, task_class, check_files=True):
     require(t.accumulation_steps >= 1, "train.accumulation_steps", "an integer >= 1", t.accumulation_steps)
     require(0.0 <= t.ema_decay < 1.0, "train.ema_decay", "a number in [0, 1) (0: no weight average)", t.ema_decay)
     require(
-        t.head_learning_rate >= 0,
+        0 <= t.head_learning_rate < math.inf,
         "train.head_learning_rate",
-        "a number >= 0 (0: train.learning_rate)",
+        "a finite number >= 0 (0: train.learning_rate)",
         t.head_learning_rate,
     )
     require(0 < t.layer_decay <= 1, "train.layer_decay", "a number in (0, 1] (1: no decay)", t.layer_decay)

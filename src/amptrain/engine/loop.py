@@ -159,7 +159,7 @@ class _Loop:
         self.steps, self.eval_every = steps, eval_every
         self.lr_factor = parts.learning_rate_factor
         self.utilisation, self.profiler, self.histograms = utilisation, profiler, histograms
-        self.watch = NumericsWatch(self.trainer, log)
+        self.watch = NumericsWatch(self.trainer, log, config)
         self.terminated = threading.Event()  # replaced by run_training with the SIGTERM flag (engine/signals.py)
         self.spe = config.runtime.steps_per_execution
         t = config.train

@@ -15,6 +15,7 @@ is named as the `origin`.
 import logging
 
 from amptrain.engine.run_log import LOGGER_NAME
+from amptrain.engine.sanity import ABSURD_LEARNING_RATE, LossGrowth
 from amptrain.engine.trainer import NONFINITE_LOSS, SCALE_AT_FLOOR, TOO_MANY_SKIPS
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -30,8 +31,10 @@ def layer_name(variable_path):
 
 
 class NumericsWatch:
-    def __init__(self, trainer, log):
+    def __init__(self, trainer, log, config=None):
         self.trainer = trainer
+        self.config = config
+        self.growth = LossGrowth()
         self.log = log
         self.layers = [layer_name(v.path) for v in trainer.variables]
         self.history = []  # (step, scale) each time the scale is seen to change
@@ -55,6 +58,8 @@ class NumericsWatch:
             self.unwritten += int(totals["overflow_steps"])
             self._overflow(totals)
         self.note_scale(step)
+        if self.config is not None and int(totals["applied_steps"]):
+            self.growth.after_call(float(totals["loss_total"]) / int(totals["applied_steps"]), step, self.config)
 
     def _overflow(self, totals):
         flags = totals["overflow_variables"]
@@ -105,21 +110,40 @@ class NumericsWatch:
             )
         lines.append(f"the last good checkpoint is kept as it was: {last_checkpoint or 'none yet'}")
         lines.append("what to try:")
-        if self.trainer.loss_scale is not None and not self.trainer.loss_scale.dynamic:
-            lines.append(f'  - precision.loss_scale = "dynamic" instead of the fixed {float(p.loss_scale):g}')
+        lines.extend(_advice(config, self.trainer, self.overflow_layers))
+        return "\n".join(lines)
+
+
+def _advice(config, trainer, overflow_layers):
+    """What to try, fitted to the run: no bf16 or float32 pinning for a run already in float32
+    (its overflow is not the precision's), no bf16 for a bf16 run, and the learning rate first
+    when it is absurd (`sanity.ABSURD_LEARNING_RATE`)."""
+    p, t = config.precision, config.train
+    policy = p.policy
+    absurd = t.learning_rate > ABSURD_LEARNING_RATE
+    learning_rate = (
+        f"  - a lower train.learning_rate (now {t.learning_rate:g}{': far above Adam’s usual 1e-5 .. 1e-2' if absurd else ''})"
+        f" or train.clip_norm (now {t.clip_norm:g})"
+    )
+    lines = []
+    if absurd or policy == "float32":
+        lines.append(learning_rate)
+    if trainer.loss_scale is not None and not trainer.loss_scale.dynamic:
+        lines.append(f'  - precision.loss_scale = "dynamic" instead of the fixed {float(p.loss_scale):g}')
+    if policy == "mixed_float16":
         lines.append(
             '  - precision.policy = "mixed_bfloat16": float32\'s exponent range, no loss scale needed '
             "(fast on GPUs of compute capability >= 8.0, TPUs, CPUs with AMX or AVX512_BF16)"
         )
-        if self.overflow_layers:
-            origin = self.overflow_layers[-1]
-            lines.append(f'  - pin the layer where it began ({origin}) to float32: dtype="float32" on that layer')
-        lines.append(
-            f"  - a lower train.learning_rate (now {config.train.learning_rate:g}) or train.clip_norm "
-            f"(now {config.train.clip_norm:g})"
-        )
-        lines.append("  - runtime.check_numerics = true to name the op that first produced the value")
-        return "\n".join(lines)
+    if overflow_layers and policy != "float32":
+        origin = overflow_layers[-1]
+        lines.append(f'  - pin the layer where it began ({origin}) to float32: dtype="float32" on that layer')
+    if policy == "float32":
+        lines.append("  - the run is in float32 throughout: a value beyond its range points at the data or the model")
+    if not (absurd or policy == "float32"):
+        lines.append(learning_rate)
+    lines.append("  - runtime.check_numerics = true to name the op that first produced the value")
+    return lines
 
 
 def _what_happened(reason, step, config, trainer):

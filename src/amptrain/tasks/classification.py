@@ -86,7 +86,7 @@ class ClassificationTask(TextTask):
         self._check_checkpoint()
         wanted, paths = self._wanted_splits(split_names)
         examples = {name: self._read(paths[name]) for name in wanted}
-        self.labels = self._load_or_make_labels(lambda: readers.label_vocabulary(examples["train"]))
+        self.labels = self._load_or_make_labels(lambda: _two_labels_at_least(examples["train"], d.train))
         # Unknown labels are reported before any slow work.
         label_ids = {name: readers.label_ids(examples[name], self.labels, paths[name]) for name in wanted}
         train_texts = [e.text for e in examples["train"]] if "train" in examples else None
@@ -213,3 +213,17 @@ class ClassificationTask(TextTask):
 def softmax(logits):
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def _two_labels_at_least(examples, path):
+    """The training split's labels; one alone is refused: the classifier would learn to
+    answer it always and report accuracy 1.0."""
+    from amptrain.errors import DataError
+
+    labels = readers.label_vocabulary(examples)
+    if len(labels) < 2:
+        raise DataError(
+            f"{path}: every example has the label {labels[0]!r}; a classifier needs at least two labels "
+            "in its training split"
+        )
+    return labels
