@@ -234,9 +234,8 @@ def load_run(run_dir, split_names):
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.trainer import Trainer
     from amptrain.precision import probe
-    from amptrain.tasks import create_task
-
     from amptrain.serving.loading import load_config
+    from amptrain.tasks import create_task
 
     config = probe.resolved_for(load_config(run_dir, splits=split_names), run_dir)  # data files: only those read
     task = create_task(config, run_dir)

@@ -18,6 +18,10 @@ import sys
 
 
 def main(argv=None):
+    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     parser = _parser()
     args = parser.parse_args(argv)
     from amptrain import tf_logs
@@ -295,21 +299,18 @@ def _eval(args):
 
 def _predict(args):
     from amptrain import api
-    from amptrain.errors import UserError
 
-    texts = args.text
-    if args.input:
-        from amptrain.data.readers import read_lines
+    if args.input:  # streamed: each chunk's records as soon as they are computed
+        from amptrain.serving.streaming import predict_lines, read_text_lines
 
-        try:
-            texts = read_lines(args.input, lambda f: [line.rstrip("\r\n") for line in f])
-        except OSError as error:
-            raise UserError(f"{args.input}: {error.strerror}") from None
-    for record in api.predict(args.run_dir, texts, skip_blank=bool(args.input)):
+        records = predict_lines(args.run_dir, read_text_lines(args.input))
+    else:
+        records = api.predict(args.run_dir, args.text)
+    for record in records:
         if "translation" in record and not args.json:
-            print(record["translation"])  # line i out for line i in
+            print(record["translation"], flush=bool(args.input))  # line i out for line i in
         else:
-            print(json.dumps(record, ensure_ascii=False))
+            print(json.dumps(record, ensure_ascii=False), flush=bool(args.input))
     return 0
 
 
@@ -390,6 +391,21 @@ def _bench(args):
     from amptrain.bench.cli import bench
 
     return bench(args)
+
+
+def _not_utf8(arguments):
+    """The error line for the first argument that is not UTF-8 (Python keeps its bytes as
+    surrogates, which fail only when printed, deep in a command), or None."""
+    for number, argument in enumerate(arguments, 1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError as error:
+            shown = argument.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            return (
+                f"amptrain: error: argument {number} ({shown[:60]}) is not UTF-8 text "
+                f"(byte at {error.start}); pass UTF-8, or the texts in a UTF-8 file with --input"
+            )
+    return None
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ def record(run_dir, names):
     path = os.path.join(run_dir, RECORD_FILE)
     if os.path.exists(path):
         return
-    hashes = {name: sha256(os.path.join(run_dir, name)) for name in names if os.path.isfile(os.path.join(run_dir, name))}
+    present = [name for name in names if os.path.isfile(os.path.join(run_dir, name))]
+    hashes = {name: sha256(os.path.join(run_dir, name)) for name in present}
     atomic_write(path, json.dumps({"sha256": hashes}, indent=1) + "\n")
 
 

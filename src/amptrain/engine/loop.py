@@ -31,7 +31,6 @@ from amptrain.engine.histograms import Histograms
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.profiling import StepProfiler
-from amptrain.engine.signals import sigterm_flag
 from amptrain.engine.run_log import (
     EVERY_WORKER,
     LOGGER_NAME,
@@ -43,6 +42,7 @@ from amptrain.engine.run_log import (
     read_metrics,
     run_record,
 )
+from amptrain.engine.signals import sigterm_flag
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
 from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import ConfigError, Interrupted, NumericsError

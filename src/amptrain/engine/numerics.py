@@ -93,7 +93,6 @@ class NumericsWatch:
 
     def diagnosis(self, reason, step, config, last_checkpoint):
         """Several lines: what happened, the scale history, the layers, what to try."""
-        p = config.precision
         lines = [_what_happened(int(reason), step, config, self.trainer)]
         if self.history:
             shown = (
@@ -121,9 +120,9 @@ def _advice(config, trainer, overflow_layers):
     p, t = config.precision, config.train
     policy = p.policy
     absurd = t.learning_rate > ABSURD_LEARNING_RATE
+    far = ": far above Adam's usual 1e-5 .. 1e-2" if absurd else ""
     learning_rate = (
-        f"  - a lower train.learning_rate (now {t.learning_rate:g}{': far above Adam’s usual 1e-5 .. 1e-2' if absurd else ''})"
-        f" or train.clip_norm (now {t.clip_norm:g})"
+        f"  - a lower train.learning_rate (now {t.learning_rate:g}{far}) or train.clip_norm (now {t.clip_norm:g})"
     )
     lines = []
     if absurd or policy == "float32":

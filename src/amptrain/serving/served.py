@@ -49,18 +49,29 @@ def read_metadata(path):
 def predict_export(path, texts, skip_blank=False):
     """One record a text, as `api.predict` makes them from a run (classification:
     probabilities rounded to 6 decimals)."""
+    return export_predictor(path, skip_blank)(texts)
+
+
+def export_predictor(path, skip_blank=False):
+    """`predict_export` with the SavedModel loaded once: a callable texts -> records (for
+    `predict --input`, which calls it a chunk of lines at a time)."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
     metadata = read_metadata(path)
-    texts = list(texts)
-    if skip_blank and metadata["task"] != "translation":  # translation keeps a line for a line
-        texts = [t for t in texts if t.strip()]
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    outputs = {k: v.numpy() for k, v in serve(text=tf.constant(texts, tf.string)).items()} if texts else None
-    if outputs is None:
-        return []
-    return serving_class(metadata["task"], metadata.get("task_path", "")).records(texts, outputs, metadata)
+    records = serving_class(metadata["task"], metadata.get("task_path", "")).records
+
+    def predict(texts):
+        texts = list(texts)
+        if skip_blank and metadata["task"] != "translation":  # translation keeps a line for a line
+            texts = [t for t in texts if t.strip()]
+        if not texts:
+            return []
+        outputs = {k: v.numpy() for k, v in serve(text=tf.constant(texts, tf.string)).items()}
+        return records(texts, outputs, metadata)
+
+    return predict
 
 
 def serving_class(task, task_path=""):

@@ -1,0 +1,106 @@
+"""`amptrain predict --input FILE`: records written as each chunk of lines is computed, with
+progress on stderr, the model loaded once.
+
+    for record in predict_lines("runs/classify-spam", read_text_lines("texts.txt")):
+        print(json.dumps(record))
+
+Predicting the whole file in one call held every record until the end (20,000 lines: 15.6 s
+of nothing, then all of them, 1.0 GB resident); chunks of CHUNK_LINES bound the memory
+and let a reader of the output start at once.
+"""
+
+import codecs
+import sys
+import time
+
+from amptrain.errors import DataError, UserError
+
+CHUNK_LINES = 512
+PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is no terminal
+
+
+def read_text_lines(path):
+    """The lines of a UTF-8 file, newlines stripped, read as they are asked for. The file is
+    checked first (bytes only, fast), so a missing file or bad bytes are one line naming the
+    path before any model loads or any record is written."""
+    _check_utf8(path)
+    return _lines(path)
+
+
+def _check_utf8(path):
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {offset + error.start})") from None
+                offset += len(block)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {offset + error.start})") from None
+    except OSError as error:
+        raise UserError(f"{path}: {error.strerror}") from None
+
+
+def _lines(path):
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        for line in f:
+            yield line.rstrip("\r\n")
+
+
+def _chunks(lines, size):
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def predictor(run_dir, skip_blank):
+    """texts -> records with the run's best checkpoint (or the export's SavedModel), built once."""
+    from amptrain.serving.served import export_predictor, find_export
+
+    exported = find_export(run_dir)
+    if exported is not None:
+        return export_predictor(exported, skip_blank)
+    from amptrain.api import load_run
+
+    task, model, predict_fn, _ = load_run(run_dir, ())
+
+    def predict(texts):
+        if skip_blank and not task.keeps_blank_lines:
+            texts = [t for t in texts if t.strip()]
+        return task.predict_texts(texts, model, predict_fn) if texts else []
+
+    return predict
+
+
+def predict_lines(run_dir, lines, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None):
+    """Yields one record a line of `lines` (blank ones skipped, except by translation), a
+    chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
+    stream = stream if stream is not None else sys.stderr
+    interactive = stream.isatty()
+    predict = predictor(run_dir, skip_blank)
+    started = shown = time.time()
+    done = 0
+    for chunk in _chunks(lines, chunk_lines):
+        yield from predict(chunk)
+        done += len(chunk)
+        now = time.time()
+        line = f"predict: {done:,} lines ({done / max(now - started, 1e-9):,.0f} lines/s)"
+        if interactive:
+            stream.write("\r" + line)
+            stream.flush()
+        elif now - shown >= PROGRESS_EVERY:
+            stream.write(line + "\n")
+            shown = now
+    if interactive and done:
+        stream.write("\n")
+    elif done:
+        stream.write(f"predict: {done:,} lines done in {time.time() - started:.1f} s\n")
