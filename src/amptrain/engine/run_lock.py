@@ -31,9 +31,15 @@ class RunLock:
         self.file = None
 
     def acquire(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        # "a+": never truncates the holder's pid before we know the lock is ours.
-        self.file = open(self.path, "a+", encoding="utf-8")
+        run_dir = os.path.dirname(self.path)
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+            # "a+": never truncates the holder's pid before we know the lock is ours.
+            self.file = open(self.path, "a+", encoding="utf-8")
+        except OSError as error:
+            raise UserError(
+                f"{run_dir}: cannot write the run folder ({error.strerror}); pass --run-dir a folder you can write"
+            ) from None
         try:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
