@@ -303,7 +303,7 @@ def _predict(args):
     if args.input:  # streamed: each chunk's records as soon as they are computed
         from amptrain.serving.streaming import predict_lines, read_text_lines
 
-        records = predict_lines(args.run_dir, read_text_lines(args.input))
+        records = predict_lines(args.run_dir, read_text_lines(args.input), api.load_run)
     else:
         records = api.predict(args.run_dir, args.text)
     for record in records:

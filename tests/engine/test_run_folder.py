@@ -16,8 +16,9 @@ from conftest import TINY_CONFIG, write_rows
 import amptrain
 from amptrain.cli import main
 from amptrain.engine.run_lock import LOCK_FILE, RunLock
-from amptrain.engine.run_log import atomic_write, read_metrics
+from amptrain.engine.run_log import read_metrics
 from amptrain.errors import UserError
+from amptrain.files import atomic_write
 
 
 def in_process(capsys, *args):
@@ -158,7 +159,7 @@ def test_predict_input_streams_records_and_shows_progress(trained):
     from amptrain.serving.streaming import predict_lines
 
     progress = io.StringIO()
-    records = predict_lines(str(trained[1]), lines(), chunk_lines=8, stream=progress)
+    records = predict_lines(str(trained[1]), lines(), amptrain.api.load_run, chunk_lines=8, stream=progress)
     first = next(records)
     assert first["text"] == "text number 0" and len(pulled) == 8  # main: every line read before any record
     assert len([first, *records]) == 40

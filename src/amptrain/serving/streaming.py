@@ -1,7 +1,7 @@
 """`amptrain predict --input FILE`: records written as each chunk of lines is computed, with
 progress on stderr, the model loaded once.
 
-    for record in predict_lines("runs/classify-spam", read_text_lines("texts.txt")):
+    for record in predict_lines("runs/classify-spam", read_text_lines("texts.txt"), api.load_run):
         print(json.dumps(record))
 
 Predicting the whole file in one call held every record until the end (20,000 lines: 15.6 s
@@ -62,15 +62,14 @@ def _chunks(lines, size):
         yield chunk
 
 
-def predictor(run_dir, skip_blank):
-    """texts -> records with the run's best checkpoint (or the export's SavedModel), built once."""
+def predictor(run_dir, skip_blank, load_run):
+    """texts -> records with the run's best checkpoint (`load_run`: `api.load_run`, handed down
+    so that serving imports nothing above it) or the export's SavedModel, built once."""
     from amptrain.serving.served import export_predictor, find_export
 
     exported = find_export(run_dir)
     if exported is not None:
         return export_predictor(exported, skip_blank)
-    from amptrain.api import load_run
-
     task, model, predict_fn, _ = load_run(run_dir, ())
 
     def predict(texts):
@@ -81,12 +80,12 @@ def predictor(run_dir, skip_blank):
     return predict
 
 
-def predict_lines(run_dir, lines, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None):
+def predict_lines(run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None):
     """Yields one record a line of `lines` (blank ones skipped, except by translation), a
     chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
     stream = stream if stream is not None else sys.stderr
     interactive = stream.isatty()
-    predict = predictor(run_dir, skip_blank)
+    predict = predictor(run_dir, skip_blank, load_run)
     started = shown = time.time()
     done = 0
     for chunk in _chunks(lines, chunk_lines):
