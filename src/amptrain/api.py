@@ -73,7 +73,7 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     learned_files.check(run_dir)  # a resume trains on with the files its checkpoints index
     placement, choice = _prepare(config, task, cluster, run_dir)
     if cluster.is_chief:
-        learned_files.record(run_dir, task.learned_files())
+        learned_files.record(run_dir, learned_files.names(task))
     logger.info(probe.summary(choice))
     xla_asked = xla_modes.uses_xla(config.runtime.jit_compile)  # check-numerics says it turns that off
     config = probe.apply(config, choice)  # the run's config, resolved once
@@ -243,7 +243,7 @@ def load_run(run_dir, split_names):
     task.prepare(split_names)
     model, _, _ = task.create_model()
     try:
-        checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"), task.learned_files())
+        checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"), learned_files.names(task))
     except FileNotFoundError:
         raise UserError(f"{run_dir}: no checkpoint yet; train first with `amptrain fit`") from None
     trainer = Trainer(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)

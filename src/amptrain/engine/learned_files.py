@@ -27,6 +27,13 @@ def sha256(path):
     return digest.hexdigest()
 
 
+def names(task):
+    """The files `task` learns into its run folder (`TextTask.learned_files`; none for a task
+    that does not say)."""
+    listed = getattr(task, "learned_files", None)
+    return list(listed()) if callable(listed) else []
+
+
 def record(run_dir, names):
     """Writes the SHA-256 of each of `names` present in `run_dir` into `learned.json`, unless
     it is there already (a resume checks it with `check` instead)."""

@@ -59,5 +59,5 @@ def load_for_export(run_dir, which="best", precision="float32", overrides=(), ma
     learned_files.check(run_dir)
     task.prepare(())
     model = task.build_model(PRECISIONS[precision])
-    restore_model(model, path, run_dir, task.learned_files(), check_all=True)
+    restore_model(model, path, run_dir, learned_files.names(task), check_all=True)
     return task, model, path
