@@ -42,7 +42,7 @@ from amptrain.engine.run_log import (
     read_metrics,
     run_record,
 )
-from amptrain.engine.signals import sigterm_flag
+from amptrain.engine.signals import evaluation_missed, sigterm_flag
 from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
 from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import ConfigError, Interrupted, NumericsError
@@ -128,12 +128,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
             loop.run(start_step)
             # The chief may still be writing the best checkpoint that every worker reads next.
             distribute.barrier(placement.strategy)
-            last_step = int(checkpoints.step.numpy())
-            metrics = _final_test(job, parts.trainer, checkpoints, log, scalars)
-            if loop.terminated.is_set():  # during the final test: no `end` record, a rerun scores it again
-                logger.info("interrupted during the final test: rerun the same command to score it again")
-                raise Interrupted("SIGTERM")
-            log.write({"kind": "end", "step": last_step})
+            metrics = _final_test(job, parts.trainer, checkpoints, log, scalars, loop.terminated)
         finally:
             scalars.close()
     who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
@@ -172,7 +167,8 @@ class _Loop:
     def run(self, start_step):
         step = start_step
         try:
-            if self._evaluation_missed(step) and self._evaluate_and_checkpoint(step):
+            due = self.job.has_dev and step and (step % self.eval_every == 0 or step == self.steps)
+            if due and evaluation_missed(self.checkpoints.source, step) and self._evaluate_and_checkpoint(step):
                 return
             if step >= self.steps or self._stopped_early():
                 return
@@ -191,15 +187,6 @@ class _Loop:
         finally:
             if self.profiler:  # a run that ended (or stopped) inside the range
                 self.profiler.stop(int(self.trainer.step.numpy()))
-
-    def _evaluation_missed(self, step):
-        """True when the run resumes at a step whose dev evaluation an interruption skipped (a
-        signal during it, or just before it): it is done before training on, so the best
-        checkpoint is the one an uninterrupted run picks. Read from the chief's records."""
-        if not step or not self.job.has_dev or (step % self.eval_every and step != self.steps):
-            return False
-        records = read_metrics(os.path.join(os.path.dirname(self.checkpoints.source), "metrics.jsonl"))
-        return not any(r.get("kind") == "eval" and r.get("split") == "dev" and r.get("step") == step for r in records)
 
     def _train_from(self, step):
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
@@ -374,8 +361,10 @@ def _write_eval(log, scalars, step, split, checkpoint, metrics):
     logger.info(f"eval {split} at step {step} ({checkpoint}): {shown}")
 
 
-def _final_test(job, trainer, checkpoints, log, scalars):
-    """Scores the test split with the best checkpoint (the caller then marks the run finished)."""
+def _final_test(job, trainer, checkpoints, log, scalars, terminated):
+    """Scores the test split with the best checkpoint and marks the run finished, unless a
+    SIGTERM came meanwhile: then there is no `end` record, and a rerun scores it again."""
+    last_step = int(checkpoints.step.numpy())
     metrics = {}
     if job.has_test:
         path = checkpoints.restore_best()
@@ -383,6 +372,10 @@ def _final_test(job, trainer, checkpoints, log, scalars):
         predictions = os.path.join(os.path.dirname(checkpoints.directory), "predictions-test")
         metrics = job.evaluate("test", job.model, trainer.predict, predictions)
         _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
+    if terminated.is_set():
+        logger.info("interrupted during the final test: rerun the same command to score it again")
+        raise Interrupted("SIGTERM")
+    log.write({"kind": "end", "step": last_step})
     return metrics
 
 
