@@ -179,5 +179,5 @@ def test_an_argument_that_is_not_utf8_is_one_line(trained, capsys):
 
 
 def test_the_export_documentation_says_an_export_is_code():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
-    assert "**An export is code**" in readme and "Load and serve only exports you made or trust." in readme
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "export.md"), encoding="utf-8").read()
+    assert "**An export is code**" in docs and "Load and serve only exports you made or trust." in docs
