@@ -18,8 +18,9 @@ import sys
 
 
 def main(argv=None):
-    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
-    if bad:
+    from amptrain.argv import not_utf8
+
+    if bad := not_utf8(sys.argv[1:] if argv is None else argv):  # one line, not a traceback
         print(bad, file=sys.stderr)
         return 2
     parser = _parser()
@@ -391,21 +392,6 @@ def _bench(args):
     from amptrain.bench.cli import bench
 
     return bench(args)
-
-
-def _not_utf8(arguments):
-    """The error line for the first argument that is not UTF-8 (Python keeps its bytes as
-    surrogates, which fail only when printed, deep in a command), or None."""
-    for number, argument in enumerate(arguments, 1):
-        try:
-            argument.encode("utf-8")
-        except UnicodeEncodeError as error:
-            shown = argument.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
-            return (
-                f"amptrain: error: argument {number} ({shown[:60]}) is not UTF-8 text "
-                f"(byte at {error.start}); pass UTF-8, or the texts in a UTF-8 file with --input"
-            )
-    return None
 
 
 if __name__ == "__main__":
