@@ -18,7 +18,7 @@ import sys
 
 
 def main(argv=None):
-    from amptrain.argv import not_utf8
+    from amptrain.errors import not_utf8
 
     if bad := not_utf8(sys.argv[1:] if argv is None else argv):  # one line, not a traceback
         print(bad, file=sys.stderr)

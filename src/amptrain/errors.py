@@ -30,3 +30,18 @@ class PeerLost(Exception):
 class CheckpointError(UserError):
     """No intact checkpoint where one is needed, or one did not read back after saving:
     one line naming the folder and what is wrong with each file."""
+
+
+def not_utf8(arguments):
+    """The error line for the first argument that is not UTF-8 (Python keeps its bytes as
+    surrogates, which fail only when printed, deep in a command), or None."""
+    for number, argument in enumerate(arguments, 1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError as error:
+            shown = argument.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            return (
+                f"amptrain: error: argument {number} ({shown[:60]}) is not UTF-8 text "
+                f"(byte at {error.start}); pass UTF-8, or the texts in a UTF-8 file with --input"
+            )
+    return None
