@@ -76,6 +76,7 @@ def test_fit_evaluate_and_predict_agree_with_the_models_own_outputs(tmp_path):
     assert (tmp_path / "run" / "data.json").exists()
 
 
+@pytest.mark.slow  # a second fit: out of the quick tier's budget
 def test_auto_takes_the_hardware_rule_and_says_so(tmp_path, caplog):
     trainer = make(tmp_path, config={**FAST, "precision.policy": "auto", "train.steps": 1})
     with caplog.at_level("INFO", logger="amptrain"):

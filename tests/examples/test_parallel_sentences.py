@@ -76,6 +76,7 @@ def test_the_config_names_the_class_and_records_its_folder(tiny_pairs):
     assert config_lib.to_dict(config)["task_path"] == EXAMPLE
 
 
+@pytest.mark.slow  # 20 s of tokenizer and model building: out of the quick tier's budget
 def test_the_serving_graph_tokenizes_as_the_task(tiny_pairs):
     from pair_serving import PairModule
 
