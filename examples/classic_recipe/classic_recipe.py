@@ -172,8 +172,8 @@ def main(argv=None):
         return 0
     run = trainer(data, args.run_dir, settings, args.overwrite)
     test = run.fit()
-    export = run.export(overwrite=True)
-    print(json.dumps({"test": test, "export": export["path"]}))
+    export = run.export(overwrite=True)  # None on a cluster's other workers: the chief exports
+    print(json.dumps({"test": test, "export": export and export["path"]}))
     print(f"run folder: {args.run_dir}   (tensorboard --logdir {args.run_dir}/tensorboard)")
     return 0
 

@@ -127,9 +127,13 @@ class Trainer:
 
     def export(self, out=None, version=1, overwrite=False, checkpoint="best"):
         """A SavedModel of the best checkpoint with the model's own `serving_default`
-        signature, at `out`/`version` (default run_dir/export/1); returns where and its size."""
+        signature, at `out`/`version` (default run_dir/export/1); returns where and its size.
+        On a cluster only the chief exports (the others return None)."""
+        from amptrain.distribute import Cluster
         from amptrain.serving import export_run
 
+        if not Cluster.from_env().is_chief:
+            return None
         return export_run(
             self.run_dir, out, checkpoint=checkpoint, version=version, overwrite=overwrite, make_task=self._task
         )
@@ -192,12 +196,17 @@ class Trainer:
 
 
 def configure_devices(config):
-    """Splits the CPU into `runtime.cpu_replicas` logical devices (`mirrored` on one CPU, as the
-    tests do) for a Trainer of this `config` dict. Call it before TensorFlow runs anything,
-    your data pipeline included; a Trainer built later finds them set."""
+    """What must precede TensorFlow's first op, for a Trainer of this `config` dict: the CPU
+    split into `runtime.cpu_replicas` logical devices (`mirrored` on one CPU, as the tests
+    do), and on a cluster (`TF_CONFIG`) the multi-worker strategy. Call it before your data
+    pipeline runs anything; a Trainer built later finds them set."""
     from amptrain import distribute
 
-    distribute.configure_devices(_config(dict(config or {})).runtime)
+    runtime = _config(dict(config or {})).runtime
+    distribute.configure_devices(runtime)
+    cluster = distribute.Cluster.from_env()
+    if cluster.is_multi_worker:
+        distribute.select_strategy(runtime, cluster)
 
 
 def _config(values):

@@ -119,6 +119,27 @@ def test_a_killed_run_resumes_to_the_uninterrupted_weights(exact_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_two_workers_equal_one_device(exact_run, tmp_path):
+    """Two local workers (TF_CONFIG), each running the user's script as it is."""
+    from amptrain.launch import free_ports, tf_configs
+
+    run_dir = tmp_path / "workers"
+    command = [sys.executable, EXAMPLE, "--run-dir", str(run_dir), *TINY, *EXACT]
+    workers = [
+        subprocess.Popen(command, env={**os.environ, "TF_CONFIG": c}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for c in tf_configs(free_ports(2))
+    ]
+    outputs = [worker.communicate(timeout=600) for worker in workers]
+    for worker, (_, stderr) in zip(workers, outputs):
+        assert worker.returncode == 0, stderr.decode()[-3000:]
+    run = next(r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "run")
+    assert run["strategy"] == "multi_worker" and run["num_workers"] == 2
+    one, two = weights(exact_run), weights(run_dir)
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
 def test_mirrored_over_two_logical_cpus_equals_one_device(exact_run, tmp_path):
     run_dir = tmp_path / "mirrored"
     example(run_dir, *EXACT, "--set", "runtime.strategy=mirrored", "--set", "runtime.cpu_replicas=2")

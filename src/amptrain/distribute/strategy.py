@@ -26,6 +26,12 @@ class Placement:
         }
 
 
+# A process's MultiWorkerMirroredStrategy: it must exist before TensorFlow runs an op and can
+# be made once, so a user's script makes it first (`amptrain.configure_devices`) and the run
+# takes that one.
+_MULTI_WORKER = []
+
+
 def select_strategy(runtime, cluster=None):
     """The Placement for `runtime.strategy`; "auto" picks from the environment."""
     import tensorflow as tf
@@ -41,9 +47,11 @@ def select_strategy(runtime, cluster=None):
                 "runtime.strategy = 'multi_worker': expected TF_CONFIG to name a cluster of 2 or more workers, "
                 f"received {os.environ.get('TF_CONFIG', '') or 'no TF_CONFIG'} (`amptrain launch --workers N` sets it)"
             )
-        _configure_coordination(runtime)
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=runtime.collective_timeout)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        if not _MULTI_WORKER:
+            _configure_coordination(runtime)
+            options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=runtime.collective_timeout)
+            _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy(communication_options=options))
+        strategy = _MULTI_WORKER[0]
     elif name == "tpu":
         strategy = _tpu_strategy(runtime)
     elif name == "mirrored":
