@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests benchmarks scripts examples
 
-.PHONY: demo classic-recipe test test-all lint format install install-test pretrained clean
+.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: install
 # Your own Keras model through amptrain.Trainer: the classic mixed_float16 recipe (examples/classic_recipe).
 classic-recipe: install
 	$(BIN)/python examples/classic_recipe/classic_recipe.py
+
+# A keras-hub task model (BertTextClassifier, tiny backbone) through amptrain.Trainer (examples/keras_hub_classifier).
+keras-hub-classifier: install
+	$(BIN)/python examples/keras_hub_classifier/keras_hub_classifier.py
 
 test: install-test
 	$(BIN)/python -m pytest -q -m "not slow"
