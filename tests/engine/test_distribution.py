@@ -249,7 +249,8 @@ def test_replicas_that_cannot_split_the_batch_are_refused_before_any_work(tiny):
         "split evenly), received 8; try 6 or 9"
     )
     # Nothing was read, learned or built: no vocabulary, no labels, no checkpoint.
-    assert sorted(os.listdir(run_dir)) == ["config.toml", "train.log"]
+    # Nothing learned or trained: the config, the log, and the run folder's lock (engine/run_lock.py)
+    assert sorted(os.listdir(run_dir)) == [".lock", "config.toml", "train.log"]
 
 
 def test_strategy_selection_and_its_errors(tiny):
