@@ -9,6 +9,7 @@ probabilities out, tokenized and cut in the graph exactly as `ParallelSentences.
 import tensorflow as tf
 
 from amptrain.data.vocabulary import CLS, PAD_ID, SEP
+from amptrain.serving.classification import ClassifierModule
 from amptrain.serving.modules import ServingModule
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -63,15 +64,5 @@ class PairModule(ServingModule):
         label = tf.gather(self.labels, tf.argmax(probabilities, axis=-1, output_type=tf.int32))
         return {"label": label, "probabilities": probabilities}
 
-    @staticmethod
-    def records(texts, outputs, metadata):
-        """`amptrain predict`'s records from the `serving_default` outputs."""
-        labels = metadata["labels"]
-        return [
-            {
-                "text": text,
-                "label": label.decode(),
-                "probabilities": {name: round(float(p), 6) for name, p in zip(labels, probabilities)},
-            }
-            for text, label, probabilities in zip(texts, outputs["label"], outputs["probabilities"])
-        ]
+    # The same records as amptrain's classifier export: a label and its probabilities.
+    records = staticmethod(ClassifierModule.records)

@@ -40,12 +40,6 @@ def audit_keras(model_or_builder, policy=None, loss_scale="auto", inputs=None, l
 
 
 def _build(builder, policy):
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)  # the classic recipe's global policy, while it builds
-    try:
-        model = builder(policy)
-    finally:
-        keras.config.set_dtype_policy(previous)
-    if not isinstance(model, keras.Model):
-        raise UserError(f"audit: the builder returned {type(model).__name__}, not a keras.Model")
-    return model
+    from amptrain.models.builders import build_under_policy
+
+    return build_under_policy(builder, policy, what="audit")

@@ -120,14 +120,9 @@ class KerasModelTask(Task):
 
         model = self.pieces.model
         if not isinstance(model, keras.Model):
-            previous = keras.config.dtype_policy()
-            keras.config.set_dtype_policy(dtype)  # the classic recipe's global policy, while it builds
-            try:
-                model = model(dtype)
-            finally:
-                keras.config.set_dtype_policy(previous)
-            if not isinstance(model, keras.Model):
-                raise UserError(f"model: the builder returned {type(model).__name__}, not a keras.Model")
+            from amptrain.models.builders import build_under_policy
+
+            model = build_under_policy(model, dtype)
         else:
             import tensorflow as tf
 
