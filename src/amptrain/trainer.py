@@ -94,9 +94,11 @@ class Trainer:
         ({} without a test split)."""
         from amptrain import api
 
+        if isinstance(self.model, _keras_model()) and self.config.precision.policy == "auto":
+            raise UserError(
+                "model: a built model needs precision.policy named (it was built under one); or pass a builder"
+            )
         config = self._resolved()
-        if isinstance(self.model, _keras_model()) and config.precision.policy == "auto":
-            raise UserError("model: a built model needs precision.policy named; or pass a builder")
         return api.fit_config(config, self.run_dir, self.overwrite, make_task=self._task)["test"]
 
     def evaluate(self, split="test"):
@@ -116,14 +118,13 @@ class Trainer:
 
         _, model, predict = self._load()
         source = SplitSource.of(_with_targets(x), "predict", self.batch_size)
-        outputs, kept = [], []
-        for output, (_, targets, _) in zip(
-            predict(source.batches(source.rows())), source.batches(source.rows()).as_numpy_iterator()
-        ):
+        batches = source.batches(source.rows())
+        kept = []
+        # The outputs of each batch, less its filler rows (weight 0), in order.
+        for output, (_, targets, _) in zip(predict(batches), batches.as_numpy_iterator()):
             live = np.asarray(targets["w"]) > 0
             kept.append(tf.nest.map_structure(lambda o, live=live: o[live], output))
-        outputs = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *kept)
-        return outputs
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *kept)
 
     def export(self, out=None, version=1, overwrite=False, checkpoint="best"):
         """A SavedModel of the best checkpoint with the model's own `serving_default`
