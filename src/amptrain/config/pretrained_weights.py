@@ -18,6 +18,8 @@ from amptrain.errors import ConfigError
 
 MAX_HEADER_BYTES = 100 << 20
 DTYPES = ("F32", "F16", "BF16")
+# Integer buffers real checkpoints carry beside the weights (BERT's `embeddings.position_ids`).
+BUFFER_DTYPES = ("I64", "I32")
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|albert_layer_groups)\.(\d+)\.")
 
 
@@ -44,8 +46,9 @@ def read_header(path):
 def _check_entry(path, name, entry, data_bytes):
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise ConfigError(f"{path}: tensor {name!r}: expected dtype, shape and data_offsets, received {entry!r:.200}")
-    if entry["dtype"] not in DTYPES:
-        raise ConfigError(f"{path}: tensor {name!r}: dtype {entry['dtype']!r:.50}; expected one of {', '.join(DTYPES)}")
+    known = DTYPES + BUFFER_DTYPES
+    if entry["dtype"] not in known:
+        raise ConfigError(f"{path}: tensor {name!r}: dtype {entry['dtype']!r:.50}; expected one of {', '.join(known)}")
     shape, offsets = entry["shape"], entry["data_offsets"]
     if not (isinstance(shape, list) and all(type(n) is int and 0 <= n for n in shape)):
         raise ConfigError(f"{path}: tensor {name!r}: shape {shape!r:.100}; expected a list of sizes")
