@@ -77,7 +77,7 @@ def test_the_config_names_the_class_and_records_its_folder(tiny_pairs):
 
 
 @pytest.mark.slow  # 20 s of tokenizer and model building: out of the quick tier's budget
-def test_the_serving_graph_tokenizes_as_the_task(tiny_pairs):
+def test_the_serving_graph_tokenizes_as_the_task(example, tiny_pairs):
     from pair_serving import PairModule
 
     from amptrain.tasks import prepared_in_scratch
