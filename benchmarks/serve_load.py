@@ -44,19 +44,13 @@ def in_process(export_dir, onnx_path, task, texts):
     """{name: call(batch)} of the in-process variants."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
+    from serving import padded_ids  # benchmarks/serving.py: the token ids its ids variants take
 
-    from amptrain.data.vocabulary import PAD_ID
     from amptrain.serving.onnx import onnx_session
 
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     session = onnx_session(onnx_path)
-    ids = {}
-    for batch in BATCHES:
-        pieces = [p[: task.config.data.max_length] for p in task.encode_texts(texts[:batch])]
-        padded = np.full((batch, max(map(len, pieces))), PAD_ID, np.int32)
-        for row, p in enumerate(pieces):
-            padded[row, : len(p)] = p
-        ids[batch] = padded
+    ids = padded_ids(task, texts, BATCHES)
     return {
         "in-process SavedModel": lambda batch: serve(text=tf.constant(batch)),
         "ONNX ids (onnxruntime)": lambda batch: session.run(None, {"token_ids": ids[len(batch)]}),

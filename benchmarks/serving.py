@@ -41,7 +41,6 @@ def variants(run_dir, out_dir, texts):
     import tensorflow_text  # noqa: F401
 
     from amptrain import api
-    from amptrain.data.vocabulary import PAD_ID
 
     task, model, predict_fn, _ = api.load_run(run_dir, ())
     found = {"predict in-process": lambda batch: task.predict_texts(batch, model, predict_fn)}
@@ -59,16 +58,25 @@ def variants(run_dir, out_dir, texts):
         from amptrain.serving.onnx import onnx_session
 
         session = onnx_session(os.path.join(onnx["path"], "model.onnx"))
-        ids = {}
-        for batch in BATCHES:
-            pieces = [p[: task.config.data.max_length] for p in task.encode_texts(texts[:batch])]
-            padded = np.full((batch, max(map(len, pieces))), PAD_ID, np.int32)
-            for row, p in enumerate(pieces):
-                padded[row, : len(p)] = p
-            ids[batch] = padded
+        ids = padded_ids(task, texts, BATCHES)
         found["SavedModel ids"] = lambda batch: by_ids(token_ids=tf.constant(ids[len(batch)]))
         found["ONNX ids (onnxruntime)"] = lambda batch: session.run(None, {"token_ids": ids[len(batch)]})
     return found, sizes
+
+
+def padded_ids(task, texts, batches):
+    """{batch size: (batch, length) int32}: the first texts' token ids, cut to max_length and
+    padded, as the token-ids signatures (SavedModel and ONNX) take them."""
+    from amptrain.data.vocabulary import PAD_ID
+
+    ids = {}
+    for batch in batches:
+        pieces = [p[: task.config.data.max_length] for p in task.encode_texts(texts[:batch])]
+        padded = np.full((batch, max(map(len, pieces))), PAD_ID, np.int32)
+        for row, p in enumerate(pieces):
+            padded[row, : len(p)] = p
+        ids[batch] = padded
+    return ids
 
 
 def example_text(example):
