@@ -40,8 +40,10 @@ keras-hub-classifier: install
 test: install-test
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Two pytest workers, a test file each at a time (tests/timing_guard.py: the heaviest files first,
+# the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run).
 test-all: lint pretrained
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: install-test
 	$(BIN)/ruff check $(LINTED)

@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 import pytest
+from timing_guard import heavy_first, pytest_configure  # noqa: F401  (the slow-test guard: tests/timing_guard.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The precision probe's cache (precision/probe.py): the tests' own, never a developer's.
@@ -59,6 +60,10 @@ def _quick_tests_start_no_python(request, monkeypatch):
             super().__init__(args, *rest, **options)
 
     monkeypatch.setattr(subprocess, "Popen", Refused)
+
+
+def pytest_collection_modifyitems(items):
+    heavy_first(items)
 
 
 def write_rows(path, rows):

@@ -2,6 +2,13 @@
 the process that `test_kill_during_save.py` kills with SIGKILL at random moments.
 
     python tests/engine/save_loop.py DIRECTORY MEGABYTES
+    python tests/engine/save_loop.py --zygote DIRECTORY MEGABYTES
+
+The second form pays TensorFlow's import once: it reads `fork OUTPUT` lines on stdin and for
+each forks a child that runs the loop with its stdout in the file OUTPUT, answering `pid N`.
+The child is a whole process that the test kills with SIGKILL like the first form's; what
+it skips is only the import (seven seconds of twenty trials), since no TensorFlow runtime
+exists in the parent to be shared (it runs no op before forking).
 
 A large extra variable makes each save take a while, so a kill lands inside one. Prints
 `saved N` once `Checkpoints.save` has returned for step N (written and read back), and
@@ -9,6 +16,7 @@ A large extra variable makes each save take a while, so a kill lands inside one.
 """
 
 import os
+import signal
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -35,8 +43,7 @@ def consistent(model, ballast, step):
     return all(np.all(v.numpy() == step) for v in [*model.trainable_variables, ballast])
 
 
-def main():
-    directory, megabytes = sys.argv[1], int(sys.argv[2])
+def loop(directory, megabytes):
     checkpoints, model, step, ballast = build(directory, megabytes)
     n = checkpoints.restore_latest()
     if n and not consistent(model, ballast, n):
@@ -52,5 +59,20 @@ def main():
         print(f"saved {n}", flush=True)
 
 
+def zygote(directory, megabytes):
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the killed children
+    for line in sys.stdin:
+        output = line.split(maxsplit=1)[1].strip()
+        pid = os.fork()
+        if pid == 0:
+            with open(output, "w") as f:
+                os.dup2(f.fileno(), sys.stdout.fileno())
+            loop(directory, megabytes)
+        print(f"pid {pid}", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--zygote":
+        zygote(sys.argv[2], int(sys.argv[3]))
+    else:
+        loop(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,72 @@
+"""The slow-test guard (issue 36): after the run, the ten slowest tests, a warning for a test
+over WARN_SECONDS and a failed run for one over FAIL_SECONDS, so that the next slow test is
+noticed when it is written, not when CI's limit is passed.
+
+A test's time is its setup, call and teardown together (a module fixture built for it counts:
+that is time the tier pays). Under pytest-xdist the reports reach the controller, which keeps
+the sums; the workers keep nothing."""
+
+import collections
+
+WARN_SECONDS = 120.0
+FAIL_SECONDS = 180.0
+SHOWN = 10
+
+
+class TimingGuard:
+    def __init__(self):
+        self.seconds = collections.defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] += report.duration
+
+    def over(self, limit):
+        return sorted((s, n) for n, s in self.seconds.items() if s > limit)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.seconds:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section(f"the {SHOWN} slowest tests (setup + call + teardown)")
+        for nodeid, seconds in sorted(self.seconds.items(), key=lambda item: -item[1])[:SHOWN]:
+            write(f"{seconds:8.1f} s  {nodeid}")
+        for seconds, nodeid in self.over(WARN_SECONDS):
+            if seconds <= FAIL_SECONDS:
+                write(f"WARNING: {nodeid} took {seconds:.0f} s, over {WARN_SECONDS:.0f} s", yellow=True)
+        for seconds, nodeid in self.over(FAIL_SECONDS):
+            write(f"FAILED (slow-test guard): {nodeid} took {seconds:.0f} s, over {FAIL_SECONDS:.0f} s", red=True)
+
+    def pytest_sessionfinish(self, session):
+        if self.over(FAIL_SECONDS) and session.exitstatus == 0:
+            session.exitstatus = 1
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
+        config.pluginmanager.register(TimingGuard(), "amptrain-timing-guard")
+
+
+# The files whose tests take the longest in all (from the last full tier's times), run first
+# so that under `pytest -n 2 --dist loadfile` neither worker is left with a long file at the
+# end while the other waits. The rest keep pytest's order. A file missing here costs only
+# balance, never a test.
+HEAVY_FIRST = (
+    "tests/test_strategy_matrix.py",
+    "tests/engine/test_distribution.py",
+    "tests/pretrained/test_families_runs.py",
+    "tests/pretrained/test_pretrained_features.py",
+    "tests/examples/test_classic_recipe.py",
+    "tests/serving/test_serve_process.py",
+    "tests/bench/test_bench_command.py",
+    "tests/engine/test_resume.py",
+    "tests/examples/test_parallel_sentences.py",
+    "tests/engine/test_kill_during_save.py",
+    "tests/test_quiet_commands.py",
+    "tests/engine/test_run_folder_processes.py",
+)
+
+
+def heavy_first(items):
+    """Sorts the collected tests (in place, stably: the same order in every xdist worker)."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
