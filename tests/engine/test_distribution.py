@@ -38,6 +38,7 @@ from amptrain.precision.loss_scale import LossScaler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import forked_cli  # noqa: E402  (tests/: on the path as the conftest's folder)
 from poisoned import poisoned_model, squared_error  # noqa: E402
 
 TOLERANCE = {"float32": (1e-6, 1e-4), "mixed_float16": (5e-4, 1.5e-2)}  # (RMS, largest)
@@ -55,13 +56,8 @@ SAME_RUN = [
 
 
 def amptrain_cli(args, env=None, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "amptrain", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
-    )
+    """`amptrain ARGS` in a process of its own, forked after the import (tests/forked_cli.py)."""
+    return forked_cli.run(args, env={"TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=timeout)
 
 
 def weights(run_dir, step=8):

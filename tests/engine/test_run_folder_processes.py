@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
 
 from amptrain.engine.run_log import read_metrics
@@ -15,10 +16,10 @@ pytestmark = pytest.mark.slow
 
 
 def amptrain(*args, wait=True):
-    command = [sys.executable, "-m", "amptrain", *args]
-    if not wait:
+    if not wait:  # a process this test signals or waits on
+        command = [sys.executable, "-m", "amptrain", *args]
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return forked_cli.run(args, timeout=300)
 
 
 def error_lines(stderr):

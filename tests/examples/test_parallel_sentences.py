@@ -4,9 +4,9 @@ config through the CLI: fit, `eval` from another directory, export equal to `pre
 
 import json
 import os
-import subprocess
 import sys
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -96,9 +96,7 @@ def test_the_serving_graph_tokenizes_as_the_task(example, tiny_pairs):
 
 
 def amptrain(*args, cwd=ROOT):
-    result = subprocess.run(
-        [sys.executable, "-m", "amptrain", *args], cwd=cwd, capture_output=True, text=True, timeout=600
-    )
+    result = forked_cli.run(args, cwd=cwd, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

@@ -1,9 +1,8 @@
 """End to end: a tiny tagger trained under mixed_bfloat16, scored, and used to predict."""
 
 import json
-import subprocess
-import sys
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
 
 import amptrain
@@ -77,12 +76,7 @@ def test_eval_scores_like_the_run_and_predict_gives_tokens_tags_and_spans(run):
 
 @pytest.mark.slow
 def test_cli_predict_prints_one_json_line_a_text(run):
-    result = subprocess.run(
-        [sys.executable, "-m", "amptrain", "predict", str(run), "--text", "Empire State Building", "--text", "hi"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = forked_cli.run(["predict", str(run), "--text", "Empire State Building", "--text", "hi"], timeout=300)
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.strip().split("\n")]
     assert [(r["text"], r["tokens"]) for r in lines] == [

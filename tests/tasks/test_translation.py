@@ -2,9 +2,8 @@
 mixed_bfloat16 with XLA, scored and used to translate."""
 
 import math
-import subprocess
-import sys
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import numpy as np
 import pytest
 import sacrebleu
@@ -139,12 +138,9 @@ def test_predict_translates_a_file_line_by_line(run, tmp_path):
     sources, hypotheses = zip(*[(r.split("\t")[0], r.split("\t")[2]) for r in rows[:2]])
     path = tmp_path / "in.txt"
     path.write_text(f"{sources[0]}\n\n{sources[1]}\n", encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, "-m", "amptrain", "predict", str(run), "--input", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    result = forked_cli.run(["predict", str(run), "--input", str(path)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
     assert out.split("\n") == [hypotheses[0], "", hypotheses[1], ""]
 
 

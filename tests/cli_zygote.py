@@ -1,0 +1,64 @@
+"""The process that `forked_cli.py` forks `amptrain` commands from: it imports TensorFlow,
+Keras and amptrain once, runs no TensorFlow op (so each child starts its own runtime, with
+its own logical devices and TF_CONFIG), then for each request line (JSON: args, env, cwd,
+and the files for stdout, stderr and the exit status) forks a child and answers its pid.
+
+    python tests/cli_zygote.py
+"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+
+import keras  # noqa: F401
+import tensorflow as tf  # noqa: F401
+from tensorflow.python.eager import context
+
+import amptrain.api  # noqa: F401
+import amptrain.cli
+
+
+def run(request):
+    """In the child: the command as `python -m amptrain ARGS` would run it, after the import."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # launch and bench wait for their workers
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # TMPDIR is read again
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            with open(path, "w") as f:
+                os.dup2(f.fileno(), fd)
+        sys.argv = ["amptrain", *request["args"]]
+        code = amptrain.cli.main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 2)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(request["status"], "w") as f:
+            f.write(str(code or 0))
+        os._exit(0)
+
+
+def main():
+    assert context.context()._context_handle is None, "the import ran a TensorFlow op: children would share it"
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
+    print("ready", flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            run(request)
+        print(f"pid {pid}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
