@@ -6,6 +6,7 @@ and the files for stdout, stderr and the exit status) forks a child and answers 
     python tests/cli_zygote.py
 """
 
+import atexit
 import json
 import os
 import signal
@@ -43,6 +44,9 @@ def run(request):
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        # What a normal exit runs: autograph deletes its generated modules from TMPDIR at
+        # exit, and os._exit alone would leave them there.
+        atexit._run_exitfuncs()
         with open(request["status"], "w") as f:
             f.write(str(code or 0))
         os._exit(0)
