@@ -2,6 +2,7 @@
 against the model's own outputs, and each bad input refused in one line before training."""
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -76,14 +77,65 @@ def test_fit_evaluate_and_predict_agree_with_the_models_own_outputs(tmp_path):
     assert (tmp_path / "run" / "data.json").exists()
 
 
-@pytest.mark.slow  # a second fit: out of the quick tier's budget
-def test_auto_takes_the_hardware_rule_and_says_so(tmp_path, caplog):
-    trainer = make(tmp_path, config={**FAST, "precision.policy": "auto", "train.steps": 1})
-    with caplog.at_level("INFO", logger="amptrain"):
-        trainer.fit()
-    assert "auto on your own model: the hardware rule" in caplog.text
+def test_the_probe_times_the_first_training_batch_and_names_the_builder(tmp_path):
+    """What `auto` measures on your model: the first training batch (16 rows of 9 token
+    ids), repeated; and what names your model in the probe's cache (the config does not)."""
+    trainer = make(tmp_path)
+    task = trainer._task(trainer.config, str(tmp_path / "run"))
+    task.prepare()
+    dataset, shape = task.probe_batches()
+    assert shape == (16, 9)
+    first, again = list(dataset.take(2).as_numpy_iterator())
+    training = next(task.train_dataset(0).as_numpy_iterator())  # the run's first batch (shuffled, seeded)
+    for batch in (first, again):
+        np.testing.assert_array_equal(batch[0]["token_ids"], training[0]["token_ids"])
+    assert first[2][:, 0].sum() == (training[0]["token_ids"] != 0).sum() == 16 * 6  # real tokens: non-zero ids
+    identity = task.probe_identity()
+    assert identity["builder"].startswith("test_trainer_api.build ") and "token_ids" in identity["batches"]
+    other = make(tmp_path, model=frozen)._task(trainer.config, str(tmp_path / "other"))
+    other.prepare()
+    assert other.probe_identity()["builder"].split()[0] == "test_trainer_api.frozen"
+
+
+@pytest.mark.slow  # the candidates compiled and timed, then the fit: out of the quick tier's budget
+def test_auto_measures_your_model_and_records_the_candidates(tmp_path, monkeypatch):
+    """`runtime.jit_compile = "auto"` on your model: each candidate built from your builder
+    and timed on your first training batch, the choice and its candidates in
+    precision.json and the run record, the winner trained (not built again), and the same
+    model with another builder is not answered from the first one's cache entry."""
+    from amptrain.engine import loop
+    from amptrain.precision import measurement, probe
+
+    monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    built_by_the_loop = []
+    build_training = loop.build_training
+    monkeypatch.setattr(loop, "build_training", lambda *a, **k: built_by_the_loop.append(1) or build_training(*a, **k))
+    trainer = make(tmp_path, config={**FAST, "runtime.jit_compile": "auto"})
+    trainer.fit()
+    record = json.loads((tmp_path / "run" / "precision.json").read_text())
+    found = {c["label"]: c["tokens_per_second"] for c in record["candidates"]}
+    assert {"float32", "float32+XLA"} <= set(found) and all(v > 0 for v in found.values())
+    assert record["source"] == "measured" and record["probe_seconds"] > 0
+    assert record["expected_saving_seconds"] is not None
     run = next(r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "run")
-    assert run["policy"] in ("float32", "mixed_bfloat16")
+    assert (run["policy"], run["jit_compile"]) == (record["policy"], record["jit_compile"])
+    assert run["precision_choice"]["candidates"] == record["candidates"]
+    assert built_by_the_loop == []  # the run took the probe's winner
+    assert probe.Decision.from_json(record).candidate.label() in found
+    # the cache is per builder: another model of the same batches is measured, not looked up
+    wider = make(tmp_path, model=wide, config={**FAST, "runtime.jit_compile": "auto"}, run_dir=str(tmp_path / "wide"))
+    wider.fit()
+    assert json.loads((tmp_path / "wide" / "precision.json").read_text())["source"] == "measured"
+    assert len(os.listdir(tmp_path / "cache" / "probe")) == 2
+
+
+def wide(policy):
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    states = keras.layers.Embedding(30, 32, mask_zero=True)(ids)
+    states = keras.layers.Dense(32, activation="relu")(states)
+    pooled = keras.layers.GlobalAveragePooling1D()(states)
+    return keras.Model({"token_ids": ids}, keras.layers.Dense(2, dtype="float32", name="logits")(pooled))
 
 
 def no_model(policy):

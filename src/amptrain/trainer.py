@@ -98,8 +98,7 @@ class Trainer:
             raise UserError(
                 "model: a built model needs precision.policy named (it was built under one); or pass a builder"
             )
-        config = self._resolved()
-        return api.fit_config(config, self.run_dir, self.overwrite, make_task=self._task)["test"]
+        return api.fit_config(self._resolved(), self.run_dir, self.overwrite, make_task=self._task)["test"]
 
     def evaluate(self, split="test"):
         """{"loss", each metric by its name, "examples"} of a split with the best checkpoint."""
@@ -142,20 +141,20 @@ class Trainer:
     # === Parts ===
 
     def _resolved(self):
-        """The config with `auto` decided: on your own model, by the hardware rule (said in
-        the log; the run record keeps why)."""
+        """The config the run takes. `auto` is measured on your model by the precision probe
+        (`engine/probe_run.py`), which builds each candidate afresh from a builder; a built
+        model cannot be rebuilt, so its `runtime.jit_compile = "auto"` takes the hardware
+        rule (said in the log)."""
         import dataclasses
 
         from amptrain.precision import probe
 
         config = self.config
-        if config.precision.policy == "auto" or config.runtime.jit_compile == "auto":
+        if isinstance(self.model, _keras_model()) and config.runtime.jit_compile == "auto":
             candidate, why = probe.rule(config, probe.Hardware.detect())
-            logger.info(f"auto on your own model: the hardware rule, {candidate.label()} ({why})")
+            logger.info(f"a built model is not measured: the hardware rule, XLA {candidate.jit_compile} ({why})")
             config = dataclasses.replace(
-                config,
-                precision=dataclasses.replace(config.precision, policy=candidate.policy),
-                runtime=dataclasses.replace(config.runtime, jit_compile=candidate.jit_compile),
+                config, runtime=dataclasses.replace(config.runtime, jit_compile=candidate.jit_compile)
             )
         return config
 

@@ -203,9 +203,11 @@ def choose(results, order=None, estimate=None):
     return chosen, why
 
 
-def cache_key(hardware, config, batch_shape, found):
+def cache_key(hardware, config, batch_shape, found, model_identity=None):
     """A hash of what the measurement depends on: the machine, TensorFlow's version, the
-    model and how it trains a step, the batch shape and the candidates."""
+    model and how it trains a step, the batch shape and the candidates. `model_identity`:
+    what names a model that the config's `[model]` does not describe (a user's own,
+    `Task.probe_identity`)."""
     import tensorflow as tf
 
     what = {
@@ -220,6 +222,8 @@ def cache_key(hardware, config, batch_shape, found):
         "strategy": [config.runtime.strategy, config.runtime.devices, config.runtime.cpu_replicas],
         "candidates": [c.label() for c in found],
     }
+    if model_identity is not None:
+        what["model_identity"] = model_identity
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -148,6 +148,11 @@ class Task(abc.ABC):
             f"{type(self).__name__}.probe_batches: not implemented; name precision.policy and runtime.jit_compile"
         )
 
+    def probe_identity(self):
+        """What the probe's cache key must add to the config to name this task's model (the
+        config's `[model]` and `[data]` describe a built-in task's; None: nothing)."""
+        return None
+
     @abc.abstractmethod
     def train_buckets(self):
         """[(padded length, rows)] of the training batches, one a bucket: the batch-split

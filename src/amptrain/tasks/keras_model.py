@@ -113,6 +113,29 @@ class KerasModelTask(Task):
     def train_buckets(self):
         return [(0, self.rows)]
 
+    def probe_batches(self):
+        """The first training batch, repeated: every batch is filled to its rows, so for data
+        of one shape that is the shape every step has (data padded per batch is timed at its
+        first batch's length). Its shape: (rows, the token ids' length) where the features
+        hold token ids (`keras_data.token_ids_of`), else (rows, the first feature's other
+        dimensions)."""
+        import tensorflow as tf
+
+        from amptrain.tasks.keras_data import token_ids_of
+
+        first = self.pieces.sources["train"].batches(self.rows).take(1).cache()
+        features = next(iter(first))[0]
+        ids = token_ids_of(features)
+        shape = tuple((ids if ids is not None else tf.nest.flatten(features)[0]).shape)
+        return first.repeat(), shape
+
+    def probe_identity(self):
+        """Names the user's model for the probe's cache, which the config does not describe:
+        the builder's qualified name and a hash of the file that defines it, and the
+        batches' structure. A model changed in another file keeps its cached decision:
+        delete ~/.cache/amptrain/probe/ (`$AMPTRAIN_CACHE_DIR/probe`) to measure it again."""
+        return {"builder": describe_builder(self.pieces.model), "batches": str(self.splits_spec())}
+
     # === Model and loss ===
 
     def build_model(self, dtype):
@@ -197,6 +220,22 @@ class KerasModelTask(Task):
 
     def predict_texts(self, texts, model, predict):
         raise UserError("your own model predicts from Python: amptrain.Trainer(...).predict(x)")
+
+
+def describe_builder(builder):
+    """"module.qualname sha256-of-its-file" of a model builder (a function, or an object
+    with `__call__`); the file hash is "?" where its source cannot be read."""
+    import hashlib
+    import inspect
+
+    target = builder if inspect.isfunction(builder) or inspect.ismethod(builder) else type(builder)
+    name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+    try:
+        with open(inspect.getsourcefile(target), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    except (OSError, TypeError):  # built in a notebook cell or from C: its name alone
+        digest = "?"
+    return f"{name} {digest}"
 
 
 def _row_weights(targets):
