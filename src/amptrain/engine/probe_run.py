@@ -207,9 +207,7 @@ def decide_for_run(config, task, strategy, run_dir, write=True):
         config,
         hardware,
         planned,
-        key_fn=lambda found: probe.cache_key(
-            hardware, config, task.probe_batches()[1], found, task.probe_identity()
-        ),
+        key_fn=lambda found: probe.cache_key(hardware, config, task.probe_batches()[1], found, task.probe_identity()),
         measure=measure_here,
         recorded=probe.read_record(path),
     )

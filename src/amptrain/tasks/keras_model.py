@@ -223,7 +223,7 @@ class KerasModelTask(Task):
 
 
 def describe_builder(builder):
-    """"module.qualname sha256-of-its-file" of a model builder (a function, or an object
+    """ "module.qualname sha256-of-its-file" of a model builder (a function, or an object
     with `__call__`); the file hash is "?" where its source cannot be read."""
     import hashlib
     import inspect
