@@ -13,6 +13,7 @@
     trainer.evaluate("test")      # {"loss": ..., "accuracy": ..., "examples": ...}
     trainer.predict(x)            # the model's outputs for x (a dataset or arrays)
     trainer.export()              # runs/mine/export/1: a SavedModel with the model's own signature
+    trainer.bench()               # precisions x XLA x steps per execution: runs/mine/bench/report.md
 
 The model is a builder (called with the policy name, under that policy and the strategy's
 scope: every replica gets its variables), or a built model when `precision.policy` is named
@@ -137,6 +138,32 @@ class Trainer:
         return export_run(
             self.run_dir, out, checkpoint=checkpoint, version=version, overwrite=overwrite, make_task=self._task
         )
+
+    def bench(
+        self,
+        precisions=("float32", "mixed_bfloat16", "mixed_float16"),
+        jit=(False, True),
+        steps_per_execution=(1, 20),
+        steps=30,
+        repeats=3,
+        out_dir=None,
+    ):
+        """`amptrain bench` of your model: each combination of precision, XLA (False, True or
+        "fusible") and steps per execution built from your builder and timed on your training
+        batches; real tokens/s, step-time percentiles, compile time, MFU, peak memory and the
+        speed-up against float32 / XLA off / 1 step a call. Writes results.json, report.md and
+        plots into `out_dir` (default run_dir/bench) and returns the results (`["rows"]`).
+        The combinations run in this process one after another (`bench/in_process.py`)."""
+        from amptrain.bench.in_process import bench_in_process
+        from amptrain.bench.runner import Grid
+        from amptrain.tasks.keras_model import describe_builder
+
+        if isinstance(self.model, _keras_model()):
+            raise UserError("bench: a built model cannot be rebuilt under each precision; pass a builder (model=...)")
+        grid = Grid(tuple(precisions), tuple(jit), tuple(steps_per_execution))
+        out_dir = os.path.abspath(out_dir or os.path.join(self.run_dir, "bench"))
+        description = f"your model: {describe_builder(self.model).split()[0]}"
+        return bench_in_process(self._task, self.config, grid, steps, repeats, out_dir, description)
 
     # === Parts ===
 

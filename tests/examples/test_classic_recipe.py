@@ -148,3 +148,32 @@ def test_mirrored_over_two_logical_cpus_equals_one_device(exact_run, tmp_path):
     one, two = weights(exact_run), weights(run_dir)
     for name in one:
         np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_auto_measures_the_recipe_and_bench_reports_mfu_for_every_row(recipe, tmp_path, monkeypatch):
+    """`auto` on the recipe's own model (64 mails): the candidates built from its builder and
+    timed, the choice with its candidates in the run record; then `Trainer.bench` on it: the
+    report with real tokens/s and MFU in every row (MultiHeadAttention counted)."""
+    from amptrain.precision import measurement
+
+    monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    data = recipe.load_spam(limit=64)
+    settings = {"precision.policy": "auto", "runtime.jit_compile": "auto", "runtime.steps_per_execution": 1}
+    trainer = recipe.trainer(data, str(tmp_path / "auto"), {**settings, "train.steps": 2}.items())
+    trainer.fit()
+    run = next(r for r in read_metrics(tmp_path / "auto" / "metrics.jsonl") if r["kind"] == "run")
+    choice = run["precision_choice"]
+    assert choice["source"] == "measured" and len(choice["candidates"]) >= 2
+    assert all(c["tokens_per_second"] > 0 for c in choice["candidates"])
+    assert (run["policy"], run["jit_compile"]) == (choice["policy"], choice["jit_compile"])
+
+    results = trainer.bench(precisions=("float32",), jit=(False, True), steps_per_execution=(1,), steps=4, repeats=1)
+    rows = results["rows"]
+    assert [(r["precision"], r["jit"]) for r in rows] == [("float32", False), ("float32", True)]
+    for row in rows:
+        assert row["real_tokens_per_second"] > 0 and 0 < row["mfu"] < 1 and row["peak_memory_bytes"] > 0
+    report = (tmp_path / "auto" / "bench" / "report.md").read_text()
+    assert "your model: classic_recipe.build_transformer_model" in report and "MFU" in report
+    assert {"results.json", "throughput.png", "memory.png"} <= set(os.listdir(tmp_path / "auto" / "bench"))
