@@ -63,6 +63,17 @@ def format_table(rows, markdown=False):
     return "\n".join(lines + ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells])
 
 
+def mfu_unknown(rows):
+    """The sentence saying why MFU is "-" (unknown) in the table, or "" when it is known: the
+    model's FLOPs cannot be counted (`hardware/flops.py`), and the layers that stop it."""
+    unknown = [row for row in rows if row.get("flops_per_token") is None]
+    if not unknown:
+        return ""
+    uncounted = unknown[0].get("uncounted_layers") or []
+    layers = "; ".join(uncounted[:3]) + (f"; and {len(uncounted) - 3} more" if len(uncounted) > 3 else "")
+    return "MFU unknown (-): the model's FLOPs cannot be counted" + (f" ({layers})." if layers else ".")
+
+
 def environment():
     import keras
     import tensorflow as tf
@@ -122,6 +133,8 @@ def markdown_report(results, plots):
         format_table(results["rows"], markdown=True),
         "",
     ]
+    if mfu_unknown(results["rows"]):
+        lines += [mfu_unknown(results["rows"]), ""]
     if results.get("auto_choice"):
         lines += [results["auto_choice"] + ".", ""]
     lines += [f"![{name}]({name})" for name in plots]

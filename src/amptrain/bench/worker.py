@@ -63,7 +63,7 @@ def measure_combination(spec):
 
     from amptrain import distribute
     from amptrain.distribute import distribute_batches
-    from amptrain.hardware.flops import training_flops_per_token
+    from amptrain.hardware.flops import count_flops
 
     config = config_lib.load_config(spec["config"], spec["overrides"])
     distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
@@ -81,12 +81,14 @@ def measure_combination(spec):
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
     # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
     mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
+    flops = count_flops(model)
     return {
         **timing,
         "policy": policy,
         "examples_per_second": timing["examples"] / timing["seconds"],
         "mean_padded_length": mean_length,
-        "flops_per_token": training_flops_per_token(model, mean_length),
+        "flops_per_token": flops.per_token(mean_length),  # None: a layer cannot be counted, MFU unknown
+        "uncounted_layers": list(flops.uncounted),
         "skipped_steps": int(trainer.skipped_steps.numpy()),
         "fused_step": trainer.fused,
         "strategy": placement.name,

@@ -7,9 +7,12 @@ MFU is the bench's (`hardware/flops.py`): training FLOPs per real token, at the 
 padded length, times real tokens/s, over the peak of the run's precision: the data sheet's
 for a known GPU or TPU (times the replicas), else this CPU's measured matrix-product peak
 in the compute dtype (`hardware/peaks.py`: cached per machine, measured at the run's start
-when missing, about two seconds). None when the peak is unknown (an accelerator not in the
-table). Logical CPU replicas share one CPU, so the CPU peak is not multiplied; workers on
-several machines would each have their own, so there the figure is understated.
+when missing, about two seconds). None (`mfu: null`, no TensorBoard scalar, no MFU on the
+progress line) when the peak is unknown (an accelerator not in the table) or when the
+model's FLOPs cannot be counted (a layer `hardware/flops.py` does not know, named in the
+log; no peak is measured then). Logical CPU replicas share one CPU, so the CPU peak is not
+multiplied; workers on several machines would each have their own, so there the figure is
+understated.
 """
 
 import functools
@@ -54,17 +57,22 @@ def resident_memory(path="/proc/self/status"):
 
 class Utilisation:
     def __init__(self, flops_at, peak=None):
-        # flops_at(length): training FLOPs per token at a padded length (linear in it)
+        # flops_at(length): training FLOPs per token at a padded length (linear in it);
+        # None when the model's FLOPs cannot be counted
         self.flops_at = flops_at
         self.peak = peak  # (FLOP/s, where it comes from) or None
 
     @classmethod
     def for_run(cls, model, policy, strategy, measure=None):
-        from amptrain.hardware.flops import training_flops_per_token
+        from amptrain.hardware.flops import count_flops
         from amptrain.hardware.peaks import run_peak, timed_matmul_peak
         from amptrain.precision.policy import describe_devices
 
-        base, per_length = training_flops_per_token(model, 0), training_flops_per_token(model, 1)
+        count = count_flops(model)
+        if count.uncounted:  # unknown rather than a wrong figure; no peak to measure for it
+            more = f" and {len(count.uncounted) - 1} more" if len(count.uncounted) > 1 else ""
+            logger.info(f"MFU: the model's FLOPs cannot be counted ({count.uncounted[0]}{more}); mfu is null")
+            return cls(None, None)
         devices = describe_devices()
         try:
             peak = run_peak(policy, devices, measure or timed_matmul_peak)
@@ -78,10 +86,10 @@ class Utilisation:
             logger.info("MFU: the peak of this device is not known; mfu is null")
         else:
             logger.info(f"MFU against {peak[0] / 1e9:,.1f} GFLOP/s: {peak[1]}")
-        return cls(lambda length: base + (per_length - base) * length, peak)
+        return cls(count.per_token, peak)
 
     def mfu(self, window):
-        if self.peak is None or not window.examples:
+        if self.flops_at is None or self.peak is None or not window.examples:
             return None
         length = window.tokens[1] / window.examples  # mean padded length
         return self.flops_at(length) * window.tokens_per_second() / self.peak[0]
