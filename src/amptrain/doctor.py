@@ -56,6 +56,9 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
     return report
 
 
+ONLY_ONE = "the only candidate: a run measures nothing, it has nothing to compare"
+
+
 def probe_config(path, overrides=()):
     """What `precision.policy = "auto"` measures for the run the config at `path` plans
     (`engine/probe_run.py`, within the same budget, without the cache): each candidate's
@@ -73,13 +76,16 @@ def probe_config(path, overrides=()):
     task = prepared_in_scratch(config)
     planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
     plan, base = probe.plan_for(config, probe.Hardware.detect(), planned)
-    if isinstance(plan, probe.Decision):
+    if isinstance(plan, probe.Decision):  # one candidate (an AVX2 CPU, or the keys named): nothing to compare
         decision = plan
+        only = {"label": decision.candidate.label(), "tokens_per_second": None, "not_tried": ONLY_ONE}
+        report = {"candidates": [only], "probe_seconds": 0.0, "batch_shape": list(task.probe_batches()[1])}
     else:
         measured, trials = measure_candidates(task, config, strategy, plan, progress=lambda line: None)
         release(trials.values(), fresh_names=True)
         decision = probe.conclude(plan, measured, "measured", base, None, None)
-    report = decision.to_json()
+        report = {}
+    report = {**decision.to_json(), **report}
     return {
         "config": str(path),
         "choice": decision.candidate.label(),
