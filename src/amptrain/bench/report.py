@@ -111,7 +111,8 @@ def markdown_report(results, plots):
         f"Config `{results['config']}`"
         + (f" with `{' '.join(results['overrides'])}`" if results["overrides"] else "")
         + f"; {results['steps']} steps × {results['repeats']} repeats a combination, data: {results['data']}, "
-        "each combination in its own process (compile timed apart).",
+        + results.get("isolation", "each combination in its own process")
+        + " (compile timed apart).",
         "",
         "## Hardware and versions",
         "",
@@ -155,7 +156,7 @@ def write_plots(rows, out_dir):
     ]
     charts = (
         ("throughput.png", "real tokens/s", [r["real_tokens_per_second"] for r in rows]),
-        ("memory.png", "peak memory (MiB)", [r["peak_memory_bytes"] / 2**20 for r in rows]),
+        ("memory.png", "peak memory (MiB)", [(r["peak_memory_bytes"] or 0) / 2**20 for r in rows]),
     )
     for name, title, values in charts:
         figure, axes = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4.5))
