@@ -129,8 +129,14 @@ def trainer(data, run_dir, settings=(), overwrite=False):
     )
 
 
-def keras_fit(data, run_dir, epochs=3, seed=0):
-    """The recipe itself under Keras `model.fit` (one device): test accuracy of the best dev epoch."""
+def keras_recipe(seed=0):
+    """The recipe's model compiled for Keras `model.fit` (one device), as `keras_fit` trains it:
+    the global policy set to mixed_float16, Adam at 1e-3 in a LossScaleOptimizer, 50 steps
+    per execution. Set the policy back to float32 when done.
+
+        model = keras_recipe()
+        model.fit(*load_spam()["train"], batch_size=CONFIG["train.batch_size"], epochs=1)
+    """
     keras.utils.set_random_seed(seed)
     keras.mixed_precision.set_global_policy("mixed_float16")
     model = build_transformer_model()
@@ -141,14 +147,21 @@ def keras_fit(data, run_dir, epochs=3, seed=0):
         metrics=["accuracy"],
         steps_per_execution=50,
     )
+    return model
+
+
+def keras_fit(data, run_dir, epochs=3, seed=0):
+    """The recipe itself under Keras `model.fit` (one device): test accuracy of the best dev epoch."""
+    model = keras_recipe(seed)
     os.makedirs(run_dir, exist_ok=True)
     best = os.path.join(run_dir, "best.weights.h5")
     checkpoint = keras.callbacks.ModelCheckpoint(
         best, monitor="val_accuracy", save_best_only=True, save_weights_only=True
     )
-    model.fit(*data["train"], batch_size=32, epochs=epochs, validation_data=data["dev"], callbacks=[checkpoint])
+    batch_size = CONFIG["train.batch_size"]
+    model.fit(*data["train"], batch_size=batch_size, epochs=epochs, validation_data=data["dev"], callbacks=[checkpoint])
     model.load_weights(best)
-    loss, accuracy = model.evaluate(*data["test"], batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(*data["test"], batch_size=batch_size, verbose=0)
     keras.mixed_precision.set_global_policy("float32")
     return {"loss": loss, "accuracy": accuracy}
 
