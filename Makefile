@@ -37,8 +37,9 @@ classic-recipe: install
 keras-hub-classifier: install
 	$(BIN)/python examples/keras_hub_classifier/keras_hub_classifier.py
 
+# Two pytest workers, a test file each at a time: 3:18 against 5:25 in one process on a 2-core AMD EPYC (AVX2).
 test: install-test
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile
 
 # Two pytest workers, a test file each at a time (tests/timing_guard.py: the heaviest files first,
 # the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run).
