@@ -23,17 +23,18 @@ from amptrain.engine.run_log import read_metrics
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (policy, runtime.jit_compile) of each family's classification and NER run. Each family has
-# a float32 run, whose export (float32) must equal `predict` to 1e-5; bf16 and fp16 (with its
+# a float32 run, whose export (float32) must equal `predict` to 1e-5 (the tasks session 14
+# checked so: NER on RoBERTa and ALBERT, classification on XLM-R and DistilBERT); bf16 and fp16 (with its
 # loss scale) each meet both tasks and two XLA modes (float32 under whole XLA is BERT's, in
 # test_pretrained_features.py, and the strategy matrix's); a mixed run's export is checked for
 # its tokenization (one output a text, one tag a word).
 PRECISION = {
     ("roberta", "classification"): ("mixed_bfloat16", "true"),
     ("roberta", "ner"): ("float32", "false"),
-    ("albert", "classification"): ("float32", '"fusible"'),
-    ("albert", "ner"): ("mixed_float16", "false"),
-    ("xlm-roberta", "classification"): ("mixed_float16", "true"),
-    ("xlm-roberta", "ner"): ("float32", "false"),
+    ("albert", "classification"): ("mixed_float16", "false"),
+    ("albert", "ner"): ("float32", '"fusible"'),
+    ("xlm-roberta", "classification"): ("float32", "false"),
+    ("xlm-roberta", "ner"): ("mixed_float16", "true"),
     ("distilbert", "classification"): ("float32", "false"),
     ("distilbert", "ner"): ("mixed_bfloat16", '"fusible"'),
 }
