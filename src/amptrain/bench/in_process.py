@@ -98,8 +98,7 @@ def measure(make_task, config, steps, repeats, warmup_steps=None):
 
 def _timed(task, config, steps, repeats, warmup_steps):
     from amptrain import distribute
-    from amptrain.bench.worker import _time_steps, build_trainer
-    from amptrain.hardware.flops import count_flops
+    from amptrain.bench.worker import _time_steps, build_trainer, timed_row
 
     task.prepare(("train",))
     placement = distribute.select_strategy(config.runtime)
@@ -109,20 +108,7 @@ def _timed(task, config, steps, repeats, warmup_steps):
     spe = config.runtime.steps_per_execution
     warmup = warmup_steps or max(spe, 48)  # as a config's bench on real data
     timing = _time_steps(trainer, iterator, spe, warmup, steps, repeats)
-    mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
-    flops = count_flops(model)
-    return {
-        **timing,
-        "policy": policy,
-        "examples_per_second": timing["examples"] / timing["seconds"],
-        "mean_padded_length": mean_length,
-        "flops_per_token": flops.per_token(mean_length),  # None: a layer cannot be counted, MFU unknown
-        "uncounted_layers": list(flops.uncounted),
-        "skipped_steps": int(trainer.skipped_steps.numpy()),
-        "fused_step": trainer.fused,
-        "strategy": placement.name,
-        "num_replicas": trainer.strategy.num_replicas_in_sync,
-    }
+    return timed_row(timing, model, trainer, policy, placement.name)
 
 
 def _with(config, precision, jit, spe):

@@ -63,7 +63,6 @@ def measure_combination(spec):
 
     from amptrain import distribute
     from amptrain.distribute import distribute_batches
-    from amptrain.hardware.flops import count_flops
 
     config = config_lib.load_config(spec["config"], spec["overrides"])
     distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
@@ -79,6 +78,20 @@ def measure_combination(spec):
     if spec["data"] == "real":  # every bucket's shape is compiled before the clock starts
         shapes = (iter(distribute_batches(strategy, lambda: one_batch_per_shape(task))), len(task.train_buckets()))
     timing = _time_steps(trainer, iterator, spe, warmup, spec["steps"], spec["repeats"], shapes)
+    return {
+        **timed_row(timing, model, trainer, policy, placement.name),
+        "peak_memory_bytes": _peak_memory(tf),
+        "peak_memory_source": "GPU:0 peak (get_memory_info)"
+        if tf.config.list_physical_devices("GPU")
+        else "process peak RSS",
+    }
+
+
+def timed_row(timing, model, trainer, policy, strategy_name):
+    """A combination's row from its timing (`_time_steps`) and what was timed: speeds, FLOPs
+    per token (None: a layer cannot be counted, MFU unknown), skips, strategy."""
+    from amptrain.hardware.flops import count_flops
+
     # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
     mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
     flops = count_flops(model)
@@ -87,16 +100,12 @@ def measure_combination(spec):
         "policy": policy,
         "examples_per_second": timing["examples"] / timing["seconds"],
         "mean_padded_length": mean_length,
-        "flops_per_token": flops.per_token(mean_length),  # None: a layer cannot be counted, MFU unknown
+        "flops_per_token": flops.per_token(mean_length),
         "uncounted_layers": list(flops.uncounted),
         "skipped_steps": int(trainer.skipped_steps.numpy()),
         "fused_step": trainer.fused,
-        "strategy": placement.name,
-        "num_replicas": strategy.num_replicas_in_sync,
-        "peak_memory_bytes": _peak_memory(tf),
-        "peak_memory_source": "GPU:0 peak (get_memory_info)"
-        if tf.config.list_physical_devices("GPU")
-        else "process peak RSS",
+        "strategy": strategy_name,
+        "num_replicas": trainer.strategy.num_replicas_in_sync,
     }
 
 
