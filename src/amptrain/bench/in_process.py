@@ -26,6 +26,7 @@ from amptrain.errors import UserError
 
 logger = logging.getLogger("amptrain")
 
+ISOLATION = "the combinations one after another in this process (your model and data live in it), each built afresh"
 CLEAR_REFS = "/proc/self/clear_refs"
 STATUS = "/proc/self/status"
 
@@ -58,22 +59,8 @@ def bench_in_process(make_task, config, grid, steps, repeats, out_dir, descripti
     choice = runner.auto_choice(config, rows)
     if choice:
         progress(choice)
-    float32_peak = peaks.get("float32") or next(iter(peaks.values()))
-    results = {
-        "config": description,
-        "overrides": [],
-        "steps": steps,
-        "repeats": repeats,
-        "data": "real",
-        "isolation": "the combinations one after another in this process (your model and data live in it), "
-        "each built afresh and deleted after",
-        "peak_flops": float32_peak[0],
-        "peak_source": float32_peak[1],
-        "peaks": {p: {"flops": f, "source": s} for p, (f, s) in peaks.items()},
-        "environment": report.environment(),
-        "rows": rows,
-        "auto_choice": choice,
-    }
+    what = {"config": description, "overrides": [], "steps": steps, "repeats": repeats, "data": "real"}
+    results = runner.results_record({**what, "isolation": ISOLATION}, peaks, rows, choice)
     report.write_all(results, out_dir)
     return results
 

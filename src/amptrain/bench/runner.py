@@ -166,13 +166,20 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
     choice = auto_choice(config, rows)
     if choice:
         progress(choice)
+    what = {"config": os.path.abspath(config_path), "overrides": list(overrides), "steps": steps, "repeats": repeats}
+    results = results_record({**what, "data": data}, peaks, rows, choice)
+    report.write_all(results, out_dir)
+    return results
+
+
+def results_record(what, peaks, rows, choice):
+    """A bench's `results.json`: `what` was measured (config, overrides, steps, repeats,
+    data, ...), the peaks (the float32 one first), the environment, the rows and auto's choice."""
+    from amptrain.bench import report
+
     float32_peak = peaks.get("float32") or next(iter(peaks.values()))
-    results = {
-        "config": os.path.abspath(config_path),
-        "overrides": list(overrides),
-        "steps": steps,
-        "repeats": repeats,
-        "data": data,
+    return {
+        **what,
         "peak_flops": float32_peak[0],
         "peak_source": float32_peak[1],
         "peaks": {p: {"flops": f, "source": s} for p, (f, s) in peaks.items()},
@@ -180,8 +187,6 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
         "rows": rows,
         "auto_choice": choice,
     }
-    report.write_all(results, out_dir)
-    return results
 
 
 def auto_choice(config, rows):
