@@ -28,7 +28,6 @@ logger = logging.getLogger("amptrain")
 
 ISOLATION = "the combinations one after another in this process (your model and data live in it), each built afresh"
 CLEAR_REFS = "/proc/self/clear_refs"
-STATUS = "/proc/self/status"
 
 
 def bench_in_process(make_task, config, grid, steps, repeats, out_dir, description, progress=None):
@@ -65,16 +64,17 @@ def bench_in_process(make_task, config, grid, steps, repeats, out_dir, descripti
     return results
 
 
-def measure(make_task, config, steps, repeats, warmup_steps=None):
+def measure(make_task, config, steps, repeats):
     """One combination's row (the keys of `worker.measure_combination`'s); what it built is
     deleted and its memory returned before the next."""
     from amptrain.engine.probe_run import release
+    from amptrain.engine.utilisation import resident_memory
 
     reset = _reset_peak_memory()
     with tempfile.TemporaryDirectory(prefix="amptrain-bench-") as scratch:
-        row = _timed(make_task(config, scratch), config, steps, repeats, warmup_steps)  # data hash: to scratch
+        row = _timed(make_task(config, scratch), config, steps, repeats)  # its data hash goes to scratch
     release(fresh_names=True)  # the combination's model, optimizer and compiled steps are gone with `_timed`
-    row["peak_memory_bytes"] = _peak_memory() if reset else None
+    row["peak_memory_bytes"] = resident_memory()[1] if reset else None  # VmHWM
     row["peak_memory_source"] = (
         "process peak RSS during the combination (high-water mark reset before it)"
         if reset
@@ -83,7 +83,7 @@ def measure(make_task, config, steps, repeats, warmup_steps=None):
     return row
 
 
-def _timed(task, config, steps, repeats, warmup_steps):
+def _timed(task, config, steps, repeats):
     from amptrain import distribute
     from amptrain.bench.worker import _time_steps, build_trainer, timed_row
 
@@ -93,7 +93,7 @@ def _timed(task, config, steps, repeats, warmup_steps):
     dataset = task.train_dataset(0)
     iterator = iter(distribute.distribute_batches(trainer.strategy, lambda: dataset))
     spe = config.runtime.steps_per_execution
-    warmup = warmup_steps or max(spe, 48)  # as a config's bench on real data
+    warmup = max(spe, 48)  # as a config's bench on real data
     timing = _time_steps(trainer, iterator, spe, warmup, steps, repeats)
     return timed_row(timing, model, trainer, policy, placement.name)
 
@@ -114,11 +114,3 @@ def _reset_peak_memory():
         return True
     except OSError:
         return False
-
-
-def _peak_memory():
-    with open(STATUS) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    return None

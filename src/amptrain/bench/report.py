@@ -134,8 +134,9 @@ def markdown_report(results, plots):
         format_table(results["rows"], markdown=True),
         "",
     ]
-    if mfu_unknown(results["rows"]):
-        lines += [mfu_unknown(results["rows"]), ""]
+    unknown = mfu_unknown(results["rows"])
+    if unknown:
+        lines += [unknown, ""]
     if results.get("auto_choice"):
         lines += [results["auto_choice"] + ".", ""]
     lines += [f"![{name}]({name})" for name in plots]
