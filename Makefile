@@ -42,7 +42,8 @@ test: install-test
 	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile
 
 # Two pytest workers, a test file each at a time (tests/timing_guard.py: the heaviest files first,
-# the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run).
+# the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run,
+# except under CI=true, where it is printed only: a shared machine's noise must not refuse a correct change).
 test-all: lint pretrained
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
