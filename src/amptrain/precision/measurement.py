@@ -109,9 +109,8 @@ class Measurement:
     def run_seconds(self, candidate, tokens_per_second, planned_steps):
         """The run's estimated time under `candidate`: its compilations (one a batch shape
         under XLA, one trace without) and `planned_steps` steps at its `speed`."""
-        compiles = self.shapes if candidate.jit_compile else 1
-        steps_seconds = planned_steps * self.tokens_per_step / tokens_per_second
-        return compiles * self.compile_seconds.get(candidate, 0.0) + steps_seconds
+        return run_estimate(candidate, tokens_per_second, self.compile_seconds.get(candidate, 0.0), self.shapes,
+                            planned_steps * self.tokens_per_step)  # fmt: skip
 
     def covers(self, planned_steps):
         """True when this measurement is as complete as a new one for a run of
@@ -139,6 +138,12 @@ def speed(rounds):
     telling): the seed-recipe shape measured bf16 4,446 then 2,217 tokens/s in two rounds
     while float32 ran 3,180 and 3,627, and their medians chose float32."""
     return max(rounds)
+
+
+def run_estimate(candidate, tokens_per_second, compile_seconds, shapes, tokens):
+    """Seconds of a run of `tokens` under `candidate`: one compilation a batch shape under
+    XLA (one trace without) and its steps at `tokens_per_second`."""
+    return (shapes if candidate.jit_compile else 1) * compile_seconds + tokens / tokens_per_second
 
 
 def budget_seconds(run_seconds):
@@ -243,7 +248,7 @@ def measure(plan, prepare, clock=time.perf_counter, progress=lambda line: None):
             budget.start(candidate, tokens_per_step, results[candidate][0])
         progress(f"precision probe: {candidate.label()} {results[candidate][0]:,.0f} tokens/s "
                  f"(compiled in {trial.compile_seconds:.1f} s)")  # fmt: skip
-    _drop_slow(trials, results, progress)
+    _drop_slow(trials, results, compiles, plan, tokens_per_step, progress)
     for _ in range(ROUNDS - 1):
         if len(trials) < 2 or budget.spent() + len(trials) * budget.round_seconds > budget.seconds:
             break
@@ -254,11 +259,22 @@ def measure(plan, prepare, clock=time.perf_counter, progress=lambda line: None):
     return measured, trials
 
 
-def _drop_slow(trials, results, progress):
-    """Releases the candidates whose first round ran under half the fastest's: they cannot win."""
+def _drop_slow(trials, results, compiles, plan, tokens_per_step, progress):
+    """Releases the candidates that cannot win: the run estimated under one, even at twice
+    its first round's speed, is longer than under the best so far. The choice is by estimated
+    run (`Measurement.run_seconds`), not by speed: on a short run a candidate at half the
+    fastest's speed can still win on its cheaper compilation, and the run trains the winner's
+    trial (session 16: float32 at 32,529 tokens/s against float32+XLA's 77,410 was dropped for
+    its speed, then chose for a 6-step run, and the run had to build it again)."""
     if not trials:
         return
-    fastest = max(results[c][0] for c in trials)
-    for candidate in [c for c in trials if results[c][0] < fastest / 2]:
-        progress(f"precision probe: {candidate.label()} under half the fastest's speed, not timed again")
+
+    tokens = plan.planned_steps * tokens_per_step
+
+    def run_seconds(candidate, tokens_per_second):
+        return run_estimate(candidate, tokens_per_second, compiles[candidate], plan.shapes, tokens)
+
+    best = min(run_seconds(c, results[c][0]) for c in trials)
+    for candidate in [c for c in trials if run_seconds(c, 2 * results[c][0]) > best]:
+        progress(f"precision probe: {candidate.label()} cannot win even at twice its speed, not timed again")
         trials.pop(candidate).release()
