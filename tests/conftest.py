@@ -10,6 +10,13 @@ import pytest
 from timing_guard import heavy_first, pytest_configure  # noqa: F401  (the slow-test guard: tests/timing_guard.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA's CPU backend without LLVM's optimisation passes: a tiny model's compile takes a third
+# to a half of its time at the default level 3, and the tests check what is compiled, when
+# and with which numbers, not how fast the machine code runs (LLVM reorders no floating-point
+# arithmetic without fast-math, which XLA leaves off). Set before TensorFlow starts, so the
+# commands the tests start inherit it. A developer's own XLA_FLAGS are kept.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 # The precision probe's cache (precision/probe.py): the tests' own, never a developer's.
 os.environ["AMPTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="amptrain-test-cache-")
 
