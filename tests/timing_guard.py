@@ -57,8 +57,8 @@ def pytest_configure(config):
 
 # The files whose tests take the longest in all (the full tier's times of 3 December 2026; the
 # last two are the quick tier's heavy ones), run first so that under `pytest -n 2 --dist
-# loadfile` neither worker is left with a long file at the end while the other waits. The rest keep pytest's order. A file missing here costs only
-# balance, never a test.
+# loadfile` neither worker is left with a long file at the end while the other waits. The rest
+# keep pytest's order. A file missing here costs only balance, never a test.
 HEAVY_FIRST = (
     "tests/test_strategy_matrix.py",
     "tests/pretrained/test_families_runs.py",
