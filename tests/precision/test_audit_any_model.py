@@ -50,6 +50,14 @@ class HalfSoftmax(keras.layers.Layer):
         return ops.einsum("bqk,bkd->bqd", ops.softmax(scores, axis=-1), x)
 
 
+class HalfNorm(keras.layers.Layer):
+    """A hand-written layer norm: its variance and reciprocal square root in the compute dtype."""
+
+    def call(self, x, padding_mask):
+        centred = x - ops.mean(x, axis=-1, keepdims=True)
+        return centred * ops.rsqrt(ops.mean(ops.square(centred), axis=-1, keepdims=True) + 1e-3)
+
+
 class CastsToFloat32(keras.layers.Layer):
     """Follows the policy by its dtype, ignores it in call: computes in float32."""
 
@@ -93,6 +101,7 @@ def variant(attention, hidden=16):
     ("layer", "risk", "says"),
     [
         (HalfSoftmax, "fp16_softmax", "Softmax in float16"),
+        (HalfNorm, "fp16_norm", "Rsqrt, Square in float16: layer-norm arithmetic"),
         (CastsToFloat32, "ignored_policy", "runs Tanh in float32 under mixed_float16 without declaring"),
         (UncastIsland, "fp16_into_island", "a float32 island fed float16 with no cast: Tanh run in float16"),
     ],
