@@ -191,7 +191,12 @@ class WordPiece:
         )
         # Eager keras-hub tokenizing converts every id to a Python int (13 s for the
         # spam training split); one graph call returning a ragged tensor takes ~1.5 s.
-        self._tokenize = tf.function(self._lowered_tokenize)
+        # One signature for any number of texts: traced once (0.6 s), not once a split's
+        # length; no AutoGraph: keras-hub's tokenizer branches on static shapes only, and
+        # converting its source took 3-6 s in every process that tokenized.
+        self._tokenize = tf.function(
+            self._lowered_tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
+        )
 
     def _lowered_tokenize(self, texts):
         import tensorflow as tf

@@ -41,8 +41,12 @@ class _Pieces(tf.Module):
         self._index = {piece: i for i, piece in enumerate(self.vocabulary)}
         # The start, end and unknown pieces' amptrain ids.
         self.start_id, self.end_id, self.unknown_id = (self.token_id(token) for token in specials)
-        # One trace for every batch size (keras-hub's BPE graph takes seconds to trace).
-        self._graph = tf.function(self.graph_tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+        # One trace for every batch size (keras-hub's BPE graph takes seconds to trace), and
+        # no AutoGraph: keras-hub's tokenizers branch on static shapes only, and converting
+        # their source costs seconds once a process.
+        self._graph = tf.function(
+            self.graph_tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
+        )
 
     @property
     def size(self):
