@@ -112,11 +112,16 @@ class Trainer:
         # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
         self.fused = bool(fuse_step and whole) and is_single_device(strategy)
         if self.fused:
-            self._step_fn = tf.function(self._step_into_totals, jit_compile=True, reduce_retracing=True)
+            self._step_fn = tf.function(
+                self._step_into_totals, jit_compile=True, reduce_retracing=True, autograph=False
+            )
         else:
             self._step_fn = self._step_into_totals
         self._predict_step = tf.function(self._predict_impl, jit_compile=whole, reduce_retracing=True)
-        self._train_loop = tf.function(self._train_loop_impl)
+        # No AutoGraph below `forward_backward` (which calls the model and the loss): the loop
+        # is a `tf.while_loop` and no tensor decides a Python branch of the step; converting
+        # them from their source cost ~1.2 s of a tiny fit's 7, in every new process.
+        self._train_loop = tf.function(self._train_loop_impl, autograph=False)
         self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True)
 
     def counters(self):
@@ -248,11 +253,15 @@ class Trainer:
             "overflow_scale": tf.constant(0.0),
             "overflow_variables": tf.zeros([len(self.variables)], tf.bool),
         }
-        done = tf.constant(0, tf.int64)
-        while done < num_steps and totals["stop"] == RUNNING:
+
+        def more(done, totals):
+            return tf.logical_and(done < num_steps, totals["stop"] == RUNNING)
+
+        def step(done, totals):
             batches = [next(iterator) for _ in range(self.accumulation_steps)]
-            totals = self._step_fn(totals, batches)
-            done += 1
+            return done + 1, self._step_fn(totals, batches)
+
+        _, totals = tf.while_loop(more, step, (tf.constant(0, tf.int64), totals))
         return totals
 
     def _step_into_totals(self, totals, batches):
