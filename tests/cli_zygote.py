@@ -1,7 +1,8 @@
 """The process that `forked_cli.py` forks `amptrain` commands from: it imports TensorFlow,
-Keras and amptrain once, runs no TensorFlow op (so each child starts its own runtime, with
-its own logical devices and TF_CONFIG), then for each request line (JSON: args, env, cwd,
-and the files for stdout, stderr and the exit status) forks a child and answers its pid.
+Keras, keras-hub, TensorFlow Text and amptrain once, runs no TensorFlow op (so each child
+starts its own runtime, with its own logical devices and TF_CONFIG), then for each request
+line (JSON: args, env, cwd, and the files for stdout, stderr and the exit status) forks a
+child and answers its pid.
 
     python tests/cli_zygote.py
 """
@@ -14,7 +15,9 @@ import sys
 import tempfile
 
 import keras  # noqa: F401
+import keras_hub  # noqa: F401  (the tokenizers and pretrained families: ~1 s a command otherwise)
 import tensorflow as tf  # noqa: F401
+import tensorflow_text  # noqa: F401
 from tensorflow.python.eager import context
 
 import amptrain.api  # noqa: F401
