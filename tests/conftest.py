@@ -17,6 +17,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # commands the tests start inherit it. A developer's own XLA_FLAGS are kept.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# One thread inside each op: two pytest workers and the commands they start share two cores,
+# and a second intra-op thread each only made them contend (two concurrent tiny fits: 5.7 s
+# each with TensorFlow's default of a thread a core, 4.2 s with one). Ops still run side by
+# side (the inter-op pool is untouched: the replicas of a mirrored step need it).
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 # The precision probe's cache (precision/probe.py): the tests' own, never a developer's.
 os.environ["AMPTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="amptrain-test-cache-")
 
