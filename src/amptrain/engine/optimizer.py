@@ -16,7 +16,6 @@ before it, and computes the bias corrections and the rate once a step.
 import keras
 import tensorflow as tf
 from keras import ops
-from keras.src.backend import Variable as KerasVariable
 
 
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -76,7 +75,7 @@ class OneKernelAdam:
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         # As Keras's TensorFlow optimizer does it: a replica context sums first, and the
         # update runs once a variable's copy, each on its device.
-        trainable_variables = [v.value if isinstance(v, KerasVariable) else v for v in trainable_variables]
+        trainable_variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
         grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, trainable_variables)))
         tf.__internal__.distribute.interim.maybe_merge_call(
             self._update_all, self._distribution_strategy, grads_and_vars, learning_rate
