@@ -83,35 +83,35 @@ class OneKernelAdam:
 
     def _update_all(self, distribution, grads_and_vars, learning_rate):
         step = tf.cast(self.iterations + 1, tf.float32)
+        beta1, beta2 = tf.constant(self.beta_1, tf.float32), tf.constant(self.beta_2, tf.float32)
+        # Once a step, for every variable: ResourceApplyAdam's scalars but the rate.
         constants = {
-            "beta1_power": tf.pow(tf.cast(self.beta_1, tf.float32), step),
-            "beta2_power": tf.pow(tf.cast(self.beta_2, tf.float32), step),
-            "lr": tf.cast(learning_rate, tf.float32),
+            "beta1_power": tf.pow(beta1, step),
+            "beta2_power": tf.pow(beta2, step),
+            "beta1": beta1,
+            "beta2": beta2,
+            "epsilon": tf.constant(self.epsilon, tf.float32),
         }
+        learning_rate = tf.cast(learning_rate, tf.float32)
         for gradient, variable in grads_and_vars:
-            distribution.extended.update(variable, self._update_one, args=(gradient, constants), group=False)
+            distribution.extended.update(
+                variable, self._update_one, args=(gradient, learning_rate, constants), group=False
+            )
 
-    def _update_one(self, variable, gradient, constants):
+    def _update_one(self, variable, gradient, learning_rate, constants):
         index = self._get_variable_index(variable)
-        if variable.dtype != tf.float32 or self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            rate, decay = self._rate_and_decay(index, tf.cast(constants["lr"], variable.dtype))
-            if decay is not None:
-                variable.assign_sub(variable * tf.cast(decay, variable.dtype) * rate)
-            return self.update_step(gradient, variable, rate)
-        rate, decay = self._rate_and_decay(index, constants["lr"])
+        rate, decay = self._rate_and_decay(index, tf.cast(learning_rate, variable.dtype))
         if decay is not None:
             variable.assign_sub(variable * decay * rate)
+        if variable.dtype != tf.float32 or self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+            return self.update_step(gradient, variable, rate)
         return tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
             m=self._momentums[index].value.handle,
             v=self._velocities[index].value.handle,
-            beta1_power=constants["beta1_power"],
-            beta2_power=constants["beta2_power"],
             lr=rate,
-            beta1=tf.constant(self.beta_1, tf.float32),
-            beta2=tf.constant(self.beta_2, tf.float32),
-            epsilon=tf.constant(self.epsilon, tf.float32),
             grad=tf.cast(gradient, tf.float32),
+            **constants,
         )
 
 
