@@ -4,7 +4,12 @@
 
 Starts N `amptrain fit` processes, each with its own TF_CONFIG naming all N on free
 localhost ports (worker 0 is the chief, the only one that writes the run folder), and
-prints their output line by line, each line prefixed `[worker i]`. Exits with the first
+prints their output line by line, each line prefixed `[worker i]`. On Linux the workers are
+forked from the launcher once it has imported TensorFlow, Keras and amptrain (and run no
+TensorFlow op, so each worker starts a runtime of its own): the import, several seconds of
+CPU and most of a worker's memory before it trains, is paid once and its pages are shared.
+Elsewhere, when this process has started TensorFlow's runtime or a thread already, or with
+`AMPTRAIN_LAUNCH_FORK=0`, each worker is a new `python -m amptrain fit`. Exits with the first
 failing worker's status (0 when all succeed). When a worker fails, the others are given
 `runtime.collective_timeout` plus a margin to notice (a dead peer stops their collectives
 with a message naming it), then stopped with SIGTERM, which checkpoints and exits.
@@ -12,12 +17,15 @@ with a message naming it), then stopped with SIGTERM, which checkpoints and exit
 On a real cluster, set TF_CONFIG on every host yourself and run `amptrain fit` there.
 """
 
+import atexit
+import importlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -55,31 +63,32 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
         raise ConfigError(f"--workers: expected 2 or more (for one process use `amptrain fit`), received {workers}")
     config = config_lib.load_config(config_path, overrides)  # a config error stops here, once
     run_dir = os.path.abspath(run_dir or os.path.join(api.RUNS_DIR, os.path.splitext(os.path.basename(config_path))[0]))
-    command = [sys.executable, "-m", "amptrain", "fit", os.path.abspath(config_path), "--run-dir", run_dir]
+    args = ["fit", os.path.abspath(config_path), "--run-dir", run_dir]
     for item in overrides:
-        command += ["--set", item if isinstance(item, str) else f"{item[0]}={json.dumps(item[1])}"]
+        args += ["--set", item if isinstance(item, str) else f"{item[0]}={json.dumps(item[1])}"]
     if overwrite:
-        command.append("--overwrite")  # only the chief acts on it
+        args.append("--overwrite")  # only the chief acts on it
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    forked = can_fork()  # the import first: the ports are taken as late as they can be
     ports = free_ports(workers)
     print(
         f"launching {workers} workers on localhost ports {', '.join(map(str, ports))}; run folder {run_dir}",
         file=stream,
     )
-    lock = threading.Lock()
-    processes, pumps = [], []
-    for index, tf_config in enumerate(tf_configs(ports)):
-        process = subprocess.Popen(
-            command,
-            env={**env, "TF_CONFIG": tf_config},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # a Ctrl-C reaches them through us, once
-        )
-        processes.append(process)
+    processes = [
+        (fork_worker if forked else exec_worker)(args, {**env, "TF_CONFIG": tf_config})
+        for tf_config in tf_configs(ports)
+    ]
+    print(
+        f"[launch] workers {', '.join(f'{i}: pid {p.pid}' for i, p in enumerate(processes))}"
+        f" ({'forked after the import' if forked else 'each a new Python'})",
+        file=stream,
+        flush=True,
+    )
+    lock = threading.Lock()  # the pumps start after the last fork: a forked worker inherits no thread
+    pumps = []
+    for index, process in enumerate(processes):
         pump = threading.Thread(target=_pump, args=(process.stdout, f"[worker {index}] ", stream, lock), daemon=True)
         pump.start()
         pumps.append(pump)
@@ -91,6 +100,111 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
     for pump in pumps:
         pump.join(timeout=5)
     return status
+
+
+FORK_ENV = "AMPTRAIN_LAUNCH_FORK"  # "0": every worker a new Python
+# What every worker's `fit` imports, imported once by the launcher before it forks them.
+PRELOAD = ("tensorflow", "keras", "keras_hub", "tensorflow_text", "amptrain.cli", "amptrain.engine.trainer")
+
+
+def can_fork():
+    """Whether the workers can be forked from this process after the import: on Linux, when
+    this process runs no other thread and has not started TensorFlow's runtime (a forked
+    worker must start its own: its devices, its collectives, its TF_CONFIG). Imports
+    PRELOAD when it can."""
+    if sys.platform != "linux" or threading.active_count() > 1 or os.environ.get(FORK_ENV) == "0":
+        return False
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional one: the worker imports what it needs itself
+            pass
+    from tensorflow.python.eager import context  # no public API tells whether the runtime started
+
+    return context.context()._context_handle is None and threading.active_count() == 1
+
+
+def exec_worker(args, env):
+    """A worker that is a new Python: `python -m amptrain ARGS`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "amptrain", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,  # a Ctrl-C reaches them through us, once
+    )
+
+
+def fork_worker(args, env):
+    """A worker forked from this process, running `amptrain ARGS` as `python -m amptrain`
+    would after its import; the part of a Popen's interface the launcher uses."""
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        _run_forked(args, env, write)  # never returns
+    os.close(write)
+    return ForkedWorker(pid, os.fdopen(read, "r", errors="replace"))
+
+
+def _run_forked(args, env, output):
+    code = 1
+    try:
+        os.setsid()  # a Ctrl-C reaches it through the launcher, once
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_IGN if signum == signal.SIGPIPE else signal.SIG_DFL)  # as a new Python
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+        sys.stdout = open(1, "w", buffering=1, errors="backslashreplace", closefd=False)  # a line at a time
+        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
+        os.environ.clear()
+        os.environ.update(env)
+        tempfile.tempdir = None  # TMPDIR is read again
+        sys.argv = ["amptrain", *args]
+        from amptrain import cli
+
+        code = cli.main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 2)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            atexit._run_exitfuncs()  # what a normal exit runs (os._exit alone skips it)
+        finally:
+            os._exit(code or 0)
+
+
+class ForkedWorker:
+    """A forked worker as the launcher sees it: pid, stdout, poll(), wait(timeout)."""
+
+    def __init__(self, pid, stdout):
+        self.pid, self.stdout, self.returncode = pid, stdout, None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)  # -N: killed by signal N, as Popen gives
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"amptrain worker (pid {self.pid})", timeout)
+            time.sleep(0.05)
+        return self.returncode
 
 
 def _pump(pipe, prefix, stream, lock):
@@ -142,8 +256,8 @@ def _stop(processes, signum):
         if process.poll() is None:
             try:
                 os.killpg(process.pid, signum)
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # a forked worker not yet in a session of its own
+                os.kill(process.pid, signum)
     deadline = time.time() + 30
     for process in processes:
         try:

@@ -19,6 +19,7 @@ The bounds are 5-30x the measurements.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -313,21 +314,28 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
         "--set",
         "train.log_every=8",
     ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # This launch's workers are new Pythons (as on a system without fork); the relaunch's are
+    # forked from the launcher after its import (launch.py's default on Linux).
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "AMPTRAIN_LAUNCH_FORK": "0"}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "amptrain", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     try:
+        # "launching 2 workers on localhost ports ...", then "[launch] workers 0: pid P, 1: pid Q (...)".
+        started = launcher.stdout.readline() + launcher.stdout.readline()
+        assert "(each a new Python)" in started, started + launcher.stdout.read()
+        pids = dict(re.findall(r"(\d+): pid (\d+)", started.splitlines()[-1]))
+        assert sorted(map(int, pids.values())) == sorted(_children(launcher.pid)), started
         metrics = run_dir / "metrics.jsonl"
         deadline = time.time() + 300
         while not any(r.get("kind") == "train" and r["step"] >= 16 for r in read_metrics(metrics)):
             assert time.time() < deadline and launcher.poll() is None, "the run did not get to step 16"
             time.sleep(0.5)
-        worker_1 = [pid for pid in _children(launcher.pid) if '"index": 1' in _environ(pid).get("TF_CONFIG", "")]
-        assert len(worker_1) == 1
-        os.kill(worker_1[0], signal.SIGKILL)
+        assert '"index": 1' in _environ(int(pids["1"]))["TF_CONFIG"]  # the pid printed is worker 1's
+        os.kill(int(pids["1"]), signal.SIGKILL)
         killed = time.time()
         output, _ = launcher.communicate(timeout=120)
+        output = started + output
         # The launcher ends when worker 0 does: it stopped by itself, it was not stopped for it.
         assert time.time() - killed < 60
     finally:
@@ -342,6 +350,7 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
 
     again = amptrain_cli(args)
     assert again.returncode == 0, again.stdout[-3000:]
+    assert "(forked after the import)" in again.stdout.splitlines()[1], again.stdout[:500]
     records = read_metrics(run_dir / "metrics.jsonl")
     runs = [r for r in records if r["kind"] == "run"]
     assert runs[-1]["resumed_from_step"] == last_checkpoint >= 16
