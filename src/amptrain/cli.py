@@ -348,7 +348,8 @@ def _audit(args):
 def _launch(args):
     from amptrain.launch import launch
 
-    return launch(args.config, args.workers, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite)
+    # Each worker runs this command's main, forked after the import where it can be (launch.py).
+    return launch(args.config, args.workers, args.overrides, run_dir=args.run_dir, overwrite=args.overwrite, main=main)
 
 
 def _doctor(args):

@@ -9,7 +9,7 @@ forked from the launcher once it has imported TensorFlow, Keras and amptrain (an
 TensorFlow op, so each worker starts a runtime of its own): the import, several seconds of
 CPU and most of a worker's memory before it trains, is paid once and its pages are shared.
 Elsewhere, when this process has started TensorFlow's runtime or a thread already, or with
-`AMPTRAIN_LAUNCH_FORK=0`, each worker is a new `python -m amptrain fit`. Exits with the first
+`AMPTRAIN_FORK=0`, each worker is a new `python -m amptrain fit`. Exits with the first
 failing worker's status (0 when all succeed). When a worker fails, the others are given
 `runtime.collective_timeout` plus a margin to notice (a dead peer stops their collectives
 with a message naming it), then stopped with SIGTERM, which checkpoints and exits.
@@ -17,17 +17,16 @@ with a message naming it), then stopped with SIGTERM, which checkpoints and exit
 On a real cluster, set TF_CONFIG on every host yourself and run `amptrain fit` there.
 """
 
-import atexit
-import importlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+from amptrain import forked
 
 # Seconds beyond runtime.collective_timeout that the launcher waits for the other workers
 # after one failed, before it stops them.
@@ -53,8 +52,10 @@ def tf_configs(ports):
     return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}) for i in range(len(ports))]
 
 
-def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, stream=sys.stdout):
-    """Runs the workers to the end; returns the exit status (0, or the first failure's)."""
+def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, stream=sys.stdout, main=None):
+    """Runs the workers to the end; returns the exit status (0, or the first failure's).
+    `main`: the `amptrain` command's main, which a forked worker runs (the CLI passes it);
+    without it every worker is a new Python."""
     from amptrain import api
     from amptrain import config as config_lib
     from amptrain.errors import ConfigError
@@ -70,19 +71,19 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
         args.append("--overwrite")  # only the chief acts on it
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    forked = can_fork()  # the import first: the ports are taken as late as they can be
+    fork = main is not None and forked.ready(PRELOAD)  # the import first: the ports are taken as late as they can be
     ports = free_ports(workers)
     print(
         f"launching {workers} workers on localhost ports {', '.join(map(str, ports))}; run folder {run_dir}",
         file=stream,
     )
     processes = [
-        (fork_worker if forked else exec_worker)(args, {**env, "TF_CONFIG": tf_config})
-        for tf_config in tf_configs(ports)
+        fork_worker(main, args, {**env, "TF_CONFIG": c}) if fork else exec_worker(args, {**env, "TF_CONFIG": c})
+        for c in tf_configs(ports)
     ]
     print(
         f"[launch] workers {', '.join(f'{i}: pid {p.pid}' for i, p in enumerate(processes))}"
-        f" ({'forked after the import' if forked else 'each a new Python'})",
+        f" ({'forked after the import' if fork else 'each a new Python'})",
         file=stream,
         flush=True,
     )
@@ -102,26 +103,9 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
     return status
 
 
-FORK_ENV = "AMPTRAIN_LAUNCH_FORK"  # "0": every worker a new Python
-# What every worker's `fit` imports, imported once by the launcher before it forks them.
-PRELOAD = ("tensorflow", "keras", "keras_hub", "tensorflow_text", "amptrain.cli", "amptrain.engine.trainer")
-
-
-def can_fork():
-    """Whether the workers can be forked from this process after the import: on Linux, when
-    this process runs no other thread and has not started TensorFlow's runtime (a forked
-    worker must start its own: its devices, its collectives, its TF_CONFIG). Imports
-    PRELOAD when it can."""
-    if sys.platform != "linux" or threading.active_count() > 1 or os.environ.get(FORK_ENV) == "0":
-        return False
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # an optional one: the worker imports what it needs itself
-            pass
-    from tensorflow.python.eager import context  # no public API tells whether the runtime started
-
-    return context.context()._context_handle is None and threading.active_count() == 1
+# What every worker's `fit` imports beyond TensorFlow and Keras (forked.IMPORTS), imported
+# once by the launcher before it forks them.
+PRELOAD = ("amptrain.api", "amptrain.engine.trainer", "amptrain.tasks")
 
 
 def exec_worker(args, env):
@@ -137,74 +121,19 @@ def exec_worker(args, env):
     )
 
 
-def fork_worker(args, env):
-    """A worker forked from this process, running `amptrain ARGS` as `python -m amptrain`
-    would after its import; the part of a Popen's interface the launcher uses."""
+def fork_worker(main, args, env):
+    """A worker forked from this process, running `main(ARGS)` as `python -m amptrain ARGS`
+    runs the CLI's main after its import (forked.py)."""
     read, write = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        _run_forked(args, env, write)  # never returns
+    worker = forked.start(lambda: _as_program(main, args), env, stdout=write)
     os.close(write)
-    return ForkedWorker(pid, os.fdopen(read, "r", errors="replace"))
+    worker.stdout = os.fdopen(read, "r", errors="replace")
+    return worker
 
 
-def _run_forked(args, env, output):
-    code = 1
-    try:
-        os.setsid()  # a Ctrl-C reaches it through the launcher, once
-        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(signum, signal.SIG_IGN if signum == signal.SIGPIPE else signal.SIG_DFL)  # as a new Python
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.close(output)
-        sys.stdout = open(1, "w", buffering=1, errors="backslashreplace", closefd=False)  # a line at a time
-        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
-        os.environ.clear()
-        os.environ.update(env)
-        tempfile.tempdir = None  # TMPDIR is read again
-        sys.argv = ["amptrain", *args]
-        from amptrain import cli
-
-        code = cli.main()
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 2)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            atexit._run_exitfuncs()  # what a normal exit runs (os._exit alone skips it)
-        finally:
-            os._exit(code or 0)
-
-
-class ForkedWorker:
-    """A forked worker as the launcher sees it: pid, stdout, poll(), wait(timeout)."""
-
-    def __init__(self, pid, stdout):
-        self.pid, self.stdout, self.returncode = pid, stdout, None
-
-    def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)  # -N: killed by signal N, as Popen gives
-        return self.returncode
-
-    def wait(self, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"amptrain worker (pid {self.pid})", timeout)
-            time.sleep(0.05)
-        return self.returncode
+def _as_program(main, args):
+    sys.argv = ["amptrain", *args]
+    return main()  # no argv: the program's own path (its quiet start-up, sys.argv read)
 
 
 def _pump(pipe, prefix, stream, lock):

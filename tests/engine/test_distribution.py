@@ -316,7 +316,7 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(tiny):
     ]
     # This launch's workers are new Pythons (as on a system without fork); the relaunch's are
     # forked from the launcher after its import (launch.py's default on Linux).
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "AMPTRAIN_LAUNCH_FORK": "0"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "AMPTRAIN_FORK": "0"}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "amptrain", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
