@@ -1,8 +1,8 @@
 """The process that `forked_cli.py` forks `amptrain` commands from: it imports TensorFlow,
 Keras, keras-hub, TensorFlow Text and amptrain once, runs no TensorFlow op (so each child
 starts its own runtime, with its own logical devices and TF_CONFIG), then for each request
-line (JSON: args, env, cwd, and the files for stdout, stderr and the exit status) forks a
-child and answers its pid.
+line (JSON: args, or python for `python ARGV`; env, cwd, and the files for stdout, stderr
+and the exit status) forks a child and answers its pid.
 
     python tests/cli_zygote.py
 """
@@ -10,6 +10,7 @@ child and answers its pid.
 import atexit
 import json
 import os
+import runpy
 import signal
 import sys
 import tempfile
@@ -25,7 +26,8 @@ import amptrain.cli
 
 
 def run(request):
-    """In the child: the command as `python -m amptrain ARGS` would run it, after the import."""
+    """In the child: the command as `python -m amptrain ARGS` (or, for a "python" request,
+    `python ARGV`: a script, `-c CODE` or `-m MODULE`) would run it, after the import."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # launch and bench wait for their workers
@@ -36,8 +38,11 @@ def run(request):
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             with open(path, "w") as f:
                 os.dup2(f.fileno(), fd)
-        sys.argv = ["amptrain", *request["args"]]
-        code = amptrain.cli.main()
+        if "python" in request:
+            code = python(request["python"])
+        else:
+            sys.argv = ["amptrain", *request["args"]]
+            code = amptrain.cli.main()
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 2)
     except BaseException:
@@ -53,6 +58,22 @@ def run(request):
         with open(request["status"], "w") as f:
             f.write(str(code or 0))
         os._exit(0)
+
+
+def python(argv):
+    """`python ARGV` in this process: a script's path, `-c CODE` or `-m MODULE`, then its arguments."""
+    if argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        sys.path[0] = ""
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    elif argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    return 0
 
 
 def main():

@@ -1,9 +1,14 @@
-"""`amptrain ARGS` as a process of its own that skips the import: forked from one process
-(cli_zygote.py) that imported TensorFlow and amptrain once per pytest process. A tier of
-tests that starts a hundred commands pays seven seconds of import for each otherwise.
+"""`amptrain ARGS` (or `python ARGV`: a script, `-c CODE`, `-m MODULE`) as a process of its
+own that skips the import: forked from one process (cli_zygote.py) that imported TensorFlow
+and amptrain once per pytest process. A tier of tests that starts a hundred commands pays
+four to seven seconds of import for each otherwise.
+
+    forked_cli.run(["fit", config])            # as subprocess.run: a CompletedProcess
+    forked_cli.python([script, "--flag"])      # a user's script, as `python script --flag`
+    process = forked_cli.start(["fit", config])  # as Popen: to kill, poll or communicate with
 
 Only for tests about what a command does. A test about how a command starts (its first
-lines, its environment at import) runs `python -m amptrain` itself."""
+lines, its environment at import, its hash seed) runs `python -m amptrain` itself."""
 
 import json
 import os
@@ -45,25 +50,67 @@ def _gone(pid):
 def run(args, env=None, cwd=None, timeout=600, folder=None):
     """Like `subprocess.run([python, -m, amptrain, *args], capture_output=True, text=True)`:
     a CompletedProcess; a command past `timeout` seconds is killed and raises TimeoutExpired."""
+    return start(args, env=env, cwd=cwd, folder=folder).finish(timeout)
+
+
+def python(argv, env=None, cwd=None, timeout=600):
+    """Like `subprocess.run([python, *argv], capture_output=True, text=True)` for a script's
+    path, `-c CODE` or `-m MODULE` and their arguments, forked after the import."""
+    return start(python=argv, env=env, cwd=cwd).finish(timeout)
+
+
+def start(args=None, python=None, env=None, cwd=None, folder=None):
+    """Like `subprocess.Popen` of `amptrain ARGS` (or `python PYTHON`) with stdout and stderr
+    captured: a Forked, whose pid is the command's own, to signal, poll or communicate with."""
     folder = folder or tempfile.mkdtemp(prefix="amptrain-cli-")
     files = {name: os.path.join(folder, name) for name in ("stdout", "stderr", "status")}
-    request = {
-        "args": [str(a) for a in args],
-        "env": {**os.environ, **(env or {})},
-        "cwd": str(cwd or os.getcwd()),
-        **files,
-    }
+    what = {"python": [str(a) for a in python]} if python is not None else {"args": [str(a) for a in args]}
+    request = {**what, "env": {**os.environ, **(env or {})}, "cwd": str(cwd or os.getcwd()), **files}
     with _lock:  # one request at a time: the answers are lines on one pipe
         zygote = _start()
         zygote.stdin.write(json.dumps(request) + "\n")
         zygote.stdin.flush()
         pid = int(zygote.stdout.readline().split()[1])
-    deadline = time.monotonic() + timeout
-    while not _gone(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            raise subprocess.TimeoutExpired(["amptrain", *request["args"]], timeout)
-        time.sleep(0.05)
-    read = {name: open(path).read() if os.path.exists(path) else "" for name, path in files.items()}
-    code = int(read["status"]) if read["status"] else -9  # no status: the child died (a signal)
-    return subprocess.CompletedProcess(["amptrain", *request["args"]], code, read["stdout"], read["stderr"])
+    return Forked(pid, ["amptrain", *args] if python is None else ["python", *what["python"]], files)
+
+
+class Forked:
+    """A forked command: pid, returncode, poll(), wait(timeout), communicate(timeout) as a
+    Popen's (text), finish(timeout) as subprocess.run's CompletedProcess. The zygote reaps
+    it; its exit status comes from the file it writes (none: killed, -9)."""
+
+    def __init__(self, pid, args, files):
+        self.pid, self.args, self.files, self.returncode = pid, args, files, None
+
+    def poll(self):
+        if self.returncode is None and _gone(self.pid):
+            status = _read(self.files["status"])
+            self.returncode = int(status) if status else -9
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        return _read(self.files["stdout"]), _read(self.files["stderr"])
+
+    def finish(self, timeout):
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, 9)
+            raise
+        return subprocess.CompletedProcess(self.args, self.returncode, *self.communicate())
+
+    def send_signal(self, signum):
+        os.kill(self.pid, signum)
+
+
+def _read(path):
+    return open(path).read() if os.path.exists(path) else ""

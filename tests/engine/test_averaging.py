@@ -2,9 +2,8 @@
 two mirrored replicas, and a fit whose best checkpoint holds the averaged weights."""
 
 import os
-import subprocess
-import sys
 
+import forked_cli  # tests/: a process forked after the import
 import keras
 import numpy as np
 import pytest
@@ -132,13 +131,10 @@ print("ok")
 
 @pytest.mark.slow
 def test_two_mirrored_replicas_update_both_copies():
-    # Logical devices must be set before TensorFlow starts: a fresh process.
-    result = subprocess.run(
-        [sys.executable, "-c", TWO_REPLICAS.format(here=HERE, decay=DECAY)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    # Logical devices must be set before TensorFlow starts: a process of its own, forked
+    # before TensorFlow's runtime started (forked_cli.py).
+    result = forked_cli.python(
+        ["-c", TWO_REPLICAS.format(here=HERE, decay=DECAY)], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300
     )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 

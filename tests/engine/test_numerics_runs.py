@@ -2,9 +2,8 @@
 never work, a learning rate that blows the weights up. Each must end as documented."""
 
 import os
-import subprocess
-import sys
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
 
 import amptrain
@@ -46,9 +45,6 @@ def test_too_large_initial_scale_backs_off_then_trains(tiny):
 @pytest.mark.slow
 def test_fixed_scale_that_always_overflows_stops_with_a_diagnosis(tiny):
     command = [
-        sys.executable,
-        "-m",
-        "amptrain",
         "fit",
         str(tiny / "tiny.toml"),
         "--run-dir",
@@ -62,7 +58,7 @@ def test_fixed_scale_that_always_overflows_stops_with_a_diagnosis(tiny):
         "--set",
         "train.steps=20",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = forked_cli.run(command, timeout=300)  # `amptrain fit ...` forked after the import
     assert result.returncode == 3, result.stderr[-2000:]
     assert "6 steps in a row were skipped (precision.max_consecutive_skips = 6)" in result.stderr
     assert 'precision.loss_scale = "dynamic" instead of the fixed 1e+30' in result.stderr

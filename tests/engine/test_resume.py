@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
 
 from amptrain.engine.run_log import read_metrics
@@ -21,11 +22,16 @@ SETTINGS = [
 ]
 
 
-def command(tiny, run_dir, *extra):
-    args = [sys.executable, "-m", "amptrain", "fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir)]
+def fit_args(tiny, run_dir, *extra):
+    args = ["fit", str(tiny / "tiny.toml"), "--run-dir", str(run_dir)]
     for setting in SETTINGS + list(extra):
         args += ["--set", setting]
     return args
+
+
+def command(tiny, run_dir, *extra):
+    """`python -m amptrain fit ...`: a new Python, for the SIGTERM test (how the program exits)."""
+    return [sys.executable, "-m", "amptrain", *fit_args(tiny, run_dir, *extra)]
 
 
 def committed(run_dir, step):
@@ -38,7 +44,9 @@ def committed(run_dir, step):
 
 
 def run(tiny, run_dir, *extra):
-    subprocess.run(command(tiny, run_dir, *extra), check=True, capture_output=True, timeout=600)
+    """The fit to its end, forked after the import (forked_cli.py)."""
+    result = forked_cli.run(fit_args(tiny, run_dir, *extra), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])
@@ -47,14 +55,14 @@ def test_rerun_after_kill_resumes_and_ends_like_an_uninterrupted_run(tiny, ema_d
     # scores (of the averaged weights) match the uninterrupted run's.
     ema = f"train.ema_decay={ema_decay}"
     interrupted = tiny / "interrupted"
-    process = subprocess.Popen(command(tiny, interrupted, ema), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = forked_cli.start(fit_args(tiny, interrupted, ema))  # killed below: its pid is the fit's own
     deadline = time.time() + 300
     while not committed(interrupted, 16):
         assert process.poll() is None, "fit ended before it could be interrupted"
         assert time.time() < deadline
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    assert process.wait(timeout=60) == -9
     killed = read_metrics(interrupted / "metrics.jsonl")
     assert not any(r["kind"] == "end" for r in killed)
 

@@ -4,7 +4,6 @@ one folder, and a disk that fills up during a save (a small tmpfs, mounted as ro
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import forked_cli  # tests/: `amptrain` forked after the import
@@ -16,9 +15,8 @@ pytestmark = pytest.mark.slow
 
 
 def amptrain(*args, wait=True):
-    if not wait:  # a process this test signals or waits on
-        command = [sys.executable, "-m", "amptrain", *args]
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not wait:  # a process this test signals or waits on (its pid the command's own)
+        return forked_cli.start(args)
     return forked_cli.run(args, timeout=300)
 
 

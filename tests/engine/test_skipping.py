@@ -5,9 +5,8 @@ while the loss stays finite: an fp16 overflow, made to order and exact on any CP
 """
 
 import os
-import subprocess
-import sys
 
+import forked_cli  # tests/: a process forked after the import
 import keras
 import numpy as np
 import pytest
@@ -119,12 +118,7 @@ print("ok")
 
 @pytest.mark.slow
 def test_one_replica_overflowing_skips_the_step_on_both():
-    # Logical devices must be set before TensorFlow starts: a fresh process.
-    result = subprocess.run(
-        [sys.executable, "-c", TWO_REPLICAS.format(here=HERE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    # Logical devices must be set before TensorFlow starts: a process of its own, forked
+    # before TensorFlow's runtime started (forked_cli.py).
+    result = forked_cli.python(["-c", TWO_REPLICAS.format(here=HERE)], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

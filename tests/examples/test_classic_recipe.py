@@ -7,10 +7,10 @@ logical CPUs equal to one device."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
+import forked_cli  # tests/: a script forked after the import
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -47,10 +47,11 @@ def test_the_custom_attention_is_a_float32_island_under_mixed_float16(recipe):
 
 
 def example(run_dir, *args, wait=True):
-    command = [sys.executable, EXAMPLE, "--run-dir", str(run_dir), *TINY, *args]
+    """`python classic_recipe.py ...` as a user runs it, forked after the import (forked_cli.py)."""
+    command = [EXAMPLE, "--run-dir", str(run_dir), *TINY, *args]
     if not wait:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        return forked_cli.start(python=command)
+    result = forked_cli.python(command, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[0])
 
@@ -124,14 +125,11 @@ def test_two_workers_equal_one_device(exact_run, tmp_path):
     from amptrain.launch import free_ports, tf_configs
 
     run_dir = tmp_path / "workers"
-    command = [sys.executable, EXAMPLE, "--run-dir", str(run_dir), *TINY, *EXACT]
-    workers = [
-        subprocess.Popen(command, env={**os.environ, "TF_CONFIG": c}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for c in tf_configs(free_ports(2))
-    ]
+    command = [EXAMPLE, "--run-dir", str(run_dir), *TINY, *EXACT]
+    workers = [forked_cli.start(python=command, env={"TF_CONFIG": c}) for c in tf_configs(free_ports(2))]
     outputs = [worker.communicate(timeout=600) for worker in workers]
     for worker, (_, stderr) in zip(workers, outputs):
-        assert worker.returncode == 0, stderr.decode()[-3000:]
+        assert worker.returncode == 0, stderr[-3000:]
     run = next(r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "run")
     assert run["strategy"] == "multi_worker" and run["num_workers"] == 2
     one, two = weights(exact_run), weights(run_dir)

@@ -6,10 +6,9 @@ through `amptrain launch`, giving one device's weights; a killed run resumed exa
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import numpy as np
 import pytest
 from engine.test_distribution import amptrain_cli, assert_close, weights
@@ -65,14 +64,14 @@ def test_a_killed_bfloat16_run_resumes_as_an_uninterrupted_one(tiny_pretrained, 
     sets += ["precision.policy=mixed_bfloat16", "train.steps=8", "train.checkpoint_every=2"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     amptrain.fit(str(tiny_pretrained), sets, run_dir=str(straight))
-    command = [sys.executable, "-m", "amptrain", "fit", str(tiny_pretrained), "--run-dir", str(resumed)]
-    process = subprocess.Popen(command + sum((["--set", s] for s in sets), []), stderr=subprocess.DEVNULL)
+    command = ["fit", str(tiny_pretrained), "--run-dir", str(resumed)]
+    process = forked_cli.start(command + sum((["--set", s] for s in sets), []))  # forked after the import
     deadline = time.time() + 300
     while not committed(resumed, 4):
         assert process.poll() is None and time.time() < deadline, "fit ended before it could be interrupted"
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    assert process.wait(timeout=60) == -9
     amptrain.fit(str(tiny_pretrained), sets, run_dir=str(resumed))
     runs = [r for r in read_metrics(os.path.join(resumed, "metrics.jsonl")) if r["kind"] == "run"]
     assert runs[-1]["resumed_from_step"] >= 4
