@@ -90,7 +90,8 @@ def test_bench_says_which_row_auto_would_choose(monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
+def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys, monkeypatch):
+    monkeypatch.setenv("AMPTRAIN_FORK", "0")
     status = main(
         [
             "bench",
@@ -136,6 +137,8 @@ def test_bench_runs_a_tiny_config_and_writes_three_kinds_of_file(tiny, capsys):
     assert "matrix product, measured in this run" in report and "| MFU |" in report
     assert (bench / "throughput.png").stat().st_size > 0 and (bench / "memory.png").stat().st_size > 0
     assert "real tok/s" in out and "results in" in out
+    # AMPTRAIN_FORK=0: the workers are new Pythons (test_bench_honours_the_strategy_keys forks them).
+    assert "each measurement in a process of its own, a new Python" in out
     assert "by speed alone auto would choose float32 (" in out and "rows at steps_per_execution 1" in out
     assert results["auto_choice"] + "." in report
 
@@ -297,3 +300,5 @@ def test_bench_honours_the_strategy_keys(tiny):
     assert [(r["strategy"], r["num_replicas"]) for r in rows] == [("mirrored", 2)]
     assert all(r["examples"] == 2 * 8 for r in rows)  # 2 steps of the global batch of 8, 4 a replica
     assert "replicas" in result.stdout
+    # A command that has only imported TensorFlow forks its workers (forked.py), mirrored ones too.
+    assert "each measurement in a process of its own, forked after the import" in result.stdout

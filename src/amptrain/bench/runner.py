@@ -19,8 +19,9 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 
-from amptrain import xla_modes
+from amptrain import forked, xla_modes
 from amptrain.errors import UserError
 
 logger = logging.getLogger("amptrain")
@@ -39,24 +40,53 @@ class Grid:
         return list(itertools.product(self.precisions, self.jit, self.steps_per_execution, self.batch_sizes))
 
 
-def run_worker(spec, timeout=3600):
-    """Runs one measurement in a fresh process; returns its JSON result."""
-    command = [sys.executable, "-m", "amptrain.bench.worker", json.dumps(spec)]
+# What a measurement imports beyond TensorFlow and Keras (forked.IMPORTS), imported once by
+# the bench before it forks its workers.
+PRELOAD = ("amptrain.bench.worker", "amptrain.engine.build", "amptrain.tasks")
+
+
+def run_worker(spec, timeout=3600, fork=False):
+    """Runs one measurement in a process of its own; returns its JSON result. `fork`: forked
+    from this process (its import done, no TensorFlow runtime started: `forked.ready`)
+    rather than a new Python; either way its runtime, XLA caches and peak are its own."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"benchmark worker failed ({spec.get('kind')}, exit {result.returncode}):\n{tail}")
+    if fork:
+        code, stdout, stderr = _forked_worker(spec, env, timeout)
+    else:
+        command = [sys.executable, "-m", "amptrain.bench.worker", json.dumps(spec)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+        code, stdout, stderr = result.returncode, result.stdout, result.stderr
+    lines = stdout.strip().splitlines()
+    if code != 0 or not lines:
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"benchmark worker failed ({spec.get('kind')}, exit {code}):\n{tail}")
     return json.loads(lines[-1])
 
 
-def hardware_peaks(precisions):
-    """{precision: (peak FLOP/s, source)} for the first accelerator, or measured on the CPU."""
+def _forked_worker(spec, env, timeout):
+    from amptrain.bench import worker
+
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        child = forked.start(lambda: worker.main([json.dumps(spec)]), env, stdout.fileno(), stderr.fileno())
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        stdout.seek(0)
+        stderr.seek(0)
+        return code, stdout.read(), stderr.read()
+
+
+def hardware_peaks(precisions, fork=False):
+    """{precision: (peak FLOP/s, source)} for the first accelerator, or measured on the CPU.
+    `fork`: the workers are forked, so this process must not list its devices (which starts
+    CUDA): a worker lists them."""
     from amptrain.hardware.flops import peak_flops
     from amptrain.precision.policy import describe_devices
 
-    devices = describe_devices()
+    devices = run_worker({"kind": "devices"}, fork=True)["devices"] if fork else describe_devices()
     name = devices[0].get("device_name") if devices else None
     peaks = {}
     for precision in precisions:
@@ -65,7 +95,7 @@ def hardware_peaks(precisions):
             peaks[precision] = known
             continue
         dtype = COMPUTE_DTYPES[precision]
-        measured = run_worker({"kind": "peak", "dtype": dtype})
+        measured = run_worker({"kind": "peak", "dtype": dtype}, fork=fork)
         peaks[precision] = (
             measured["flops"],
             f"CPU: a {measured['size']}x{measured['size']} {dtype} matrix product, measured in this run",
@@ -73,7 +103,7 @@ def hardware_peaks(precisions):
     return peaks
 
 
-def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=print):
+def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=print, fork=False):
     from amptrain.engine.run_log import Pace
 
     rows = []
@@ -97,7 +127,7 @@ def measure_rows(config_path, overrides, grid, steps, repeats, data, progress=pr
             + (f", batch {batch_size}" if batch_size else "")
             + (f"  ({pace.describe(index - 1)})" if index > 1 else "")
         )
-        result = run_worker(spec)
+        result = run_worker(spec, fork=fork)
         rows.append(
             {"precision": precision, "jit": jit, "steps_per_execution": spe, "batch_size": batch_size, **result}
         )
@@ -155,10 +185,14 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
     if grid.batch_sizes != (None,):
         refuse_batch_sizes(config, "--batch-sizes")
     os.makedirs(out_dir, exist_ok=True)
+    # Each measurement in a process of its own: forked after the import where it can be
+    # (forked.py), so only the first pays it; nothing here may list devices before the last.
+    fork = forked.ready(PRELOAD)
+    progress(f"each measurement in a process of its own, {'forked after the import' if fork else 'a new Python'}")
     progress("measuring the hardware peak")
-    peaks = hardware_peaks(grid.precisions)
+    peaks = hardware_peaks(grid.precisions, fork)
     rows = add_ratios(
-        measure_rows(config_path, overrides, grid, steps, repeats, data, progress),
+        measure_rows(config_path, overrides, grid, steps, repeats, data, progress, fork),
         peaks,
         config.train.batch_size,
         config.data.tokens_per_batch,

@@ -2,9 +2,11 @@
 
     python -m amptrain.bench.worker '{"kind": "combination", "config": "...", ...}'
     python -m amptrain.bench.worker '{"kind": "peak", "dtype": "float32"}'
+    python -m amptrain.bench.worker '{"kind": "devices"}'
 
 Prints one JSON line (the last line of its output) with the measurements. The runner
-(`bench/runner.py`) starts one of these per combination.
+(`bench/runner.py`) starts one of these per combination, forked after its import where it
+can be (`forked.py`), else as the command above.
 
 A combination is timed the way the engine trains: the same task data and model, and the
 optimizer, loss scaler, weight average and `Trainer` (accumulation and stop conditions
@@ -201,6 +203,13 @@ def measure_peak(spec):
     return {"dtype": spec["dtype"], "size": size, "flops": measure_matmul_peak(spec["dtype"], size)}
 
 
+def list_devices(spec):
+    """The accelerators, for a bench whose own process must not list them (it forks workers)."""
+    from amptrain.precision.policy import describe_devices
+
+    return {"devices": describe_devices()}
+
+
 def main(argv=None):
     import os
 
@@ -209,7 +218,8 @@ def main(argv=None):
     tf_logs.quiet()  # its stderr is shown when it fails: the failure, not TensorFlow's start-up lines
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     spec = json.loads((argv or sys.argv[1:])[0])
-    result = measure_peak(spec) if spec["kind"] == "peak" else measure_combination(spec)
+    measure = {"peak": measure_peak, "devices": list_devices}.get(spec["kind"], measure_combination)
+    result = measure(spec)
     print(json.dumps({key: _plain(value) for key, value in result.items()}))
     sys.stdout.flush()
 
