@@ -55,29 +55,38 @@ def pytest_configure(config):
         config.pluginmanager.register(TimingGuard(), "amptrain-timing-guard")
 
 
-# The files whose tests take the longest in all (the full tier's times of 3 December 2026; the
-# last two are the quick tier's heavy ones), run first so that under `pytest -n 2 --dist
-# loadfile` neither worker is left with a long file at the end while the other waits. The rest
-# keep pytest's order. A file missing here costs only balance, never a test.
+# The files whose tests take the longest in all (the full tier's times on 4 December 2026, a
+# 2-core AMD EPYC with AVX-512; the strategy matrix first all the same, as its background
+# processes fill the other core while it trains; the last two are the quick tier's heavy
+# ones), run first so that under `pytest -n 2 --dist loadfile` neither worker is left with a
+# long file at the end while the other waits. The rest keep pytest's order. A file missing
+# here costs only balance, never a test.
 HEAVY_FIRST = (
     "tests/test_strategy_matrix.py",
     "tests/pretrained/test_families_runs.py",
-    "tests/engine/test_fit.py",
     "tests/pretrained/test_pretrained_features.py",
+    "tests/engine/test_fit.py",
     "tests/examples/test_classic_recipe.py",
-    "tests/engine/test_resume.py",
-    "tests/serving/test_serve_process.py",
     "tests/export/test_export_runs.py",
+    "tests/serving/test_serve_process.py",
     "tests/engine/test_distribution.py",
-    "tests/bench/test_bench_command.py",
     "tests/engine/test_fused_step.py",
-    "tests/examples/test_keras_hub_classifier.py",
-    "tests/tasks/test_translation.py",
+    "tests/bench/test_bench_command.py",
+    "tests/engine/test_resume.py",
+    "tests/precision/test_probe.py",
     "tests/test_quiet_commands.py",
-    "tests/engine/test_numerics_runs.py",
+    "tests/engine/test_kill_during_save.py",
+    "tests/tasks/test_translation.py",
     "tests/engine/test_xla_modes.py",
+    "tests/examples/test_keras_hub_classifier.py",
+    "tests/engine/test_numerics_runs.py",
+    "tests/test_trainer_api.py",
+    "tests/engine/test_determinism.py",
     "tests/engine/test_run_hazards.py",
     "tests/models/test_serialization.py",
+    "tests/pretrained/test_pretrained_runs.py",
+    "tests/engine/test_precision_parity.py",
+    "tests/engine/test_tensorboard_server.py",
     "tests/tasks/test_ner_fit.py",
     "tests/engine/test_run_folder.py",
 )
