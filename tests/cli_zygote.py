@@ -35,9 +35,13 @@ def run(request):
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is read again
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            with open(path, "w") as f:
-                os.dup2(f.fileno(), fd)
+        with open(request["stdout"], "w") as f:
+            os.dup2(f.fileno(), 1)
+            if request["stderr"] == request["stdout"]:  # one file, one offset: as stderr=STDOUT
+                os.dup2(f.fileno(), 2)
+        if request["stderr"] != request["stdout"]:
+            with open(request["stderr"], "w") as f:
+                os.dup2(f.fileno(), 2)
         if "python" in request:
             code = python(request["python"])
         else:

@@ -59,11 +59,14 @@ def python(argv, env=None, cwd=None, timeout=600):
     return start(python=argv, env=env, cwd=cwd).finish(timeout)
 
 
-def start(args=None, python=None, env=None, cwd=None, folder=None):
+def start(args=None, python=None, env=None, cwd=None, folder=None, output=None):
     """Like `subprocess.Popen` of `amptrain ARGS` (or `python PYTHON`) with stdout and stderr
-    captured: a Forked, whose pid is the command's own, to signal, poll or communicate with."""
+    captured: a Forked, whose pid is the command's own, to signal, poll or communicate with.
+    `output`: a file that both go to as they are written (as `stderr=STDOUT` into a file)."""
     folder = folder or tempfile.mkdtemp(prefix="amptrain-cli-")
     files = {name: os.path.join(folder, name) for name in ("stdout", "stderr", "status")}
+    if output is not None:
+        files["stdout"] = files["stderr"] = str(output)
     what = {"python": [str(a) for a in python]} if python is not None else {"args": [str(a) for a in args]}
     request = {**what, "env": {**os.environ, **(env or {})}, "cwd": str(cwd or os.getcwd()), **files}
     with _lock:  # one request at a time: the answers are lines on one pipe

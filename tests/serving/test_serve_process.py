@@ -7,13 +7,12 @@ each answered, exit 0. Slow: trains three runs and starts three servers."""
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import forked_cli  # tests/: `amptrain` forked after the import
 import numpy as np
 import pytest
 from export.test_export_runs import classifier, random_ids, tagger, translator  # noqa: F401  (the runs, shared)
@@ -25,13 +24,14 @@ URL = re.compile(r"at (http://127\.0\.0\.1:\d+)/v1/models/(\S+)")
 
 
 class Server:
-    """`amptrain serve EXPORT --port 0` in a process; `url` once it printed where it listens."""
+    """`amptrain serve EXPORT --port 0` in a process of its own (forked after the import:
+    forked_cli.py); `url` once it printed where it listens."""
 
     def __init__(self, export_dir, folder, *flags):
         self.log = folder / "serve.log"
-        command = [sys.executable, "-m", "amptrain", "serve", str(export_dir), "--port", "0", *flags]
-        with open(self.log, "w") as out:  # a file, not a pipe: a server that prints much never blocks
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        command = ["serve", str(export_dir), "--port", "0", *flags]
+        self.log.write_text("")  # a file, not a pipe: a server that prints much never blocks
+        self.process = forked_cli.start(command, output=self.log)
         deadline = time.monotonic() + 180
         while not (found := URL.search(self.log.read_text())):
             assert self.process.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
