@@ -122,8 +122,8 @@ def exec_worker(args, env):
 
 
 def fork_worker(main, args, env):
-    """A worker forked from this process, running `main(ARGS)` as `python -m amptrain ARGS`
-    runs the CLI's main after its import (forked.py)."""
+    """A worker forked from this process that runs the CLI's `main` on ARGS as `python -m
+    amptrain ARGS` would after its import (forked.py); its output on a pipe, `.stdout`."""
     read, write = os.pipe()
     worker = forked.start(lambda: _as_program(main, args), env, stdout=write)
     os.close(write)
