@@ -16,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
+
+from amptrain import forked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
@@ -77,26 +78,20 @@ def start(args=None, python=None, env=None, cwd=None, folder=None, output=None):
     return Forked(pid, ["amptrain", *args] if python is None else ["python", *what["python"]], files)
 
 
-class Forked:
-    """A forked command: pid, returncode, poll(), wait(timeout), communicate(timeout) as a
-    Popen's (text), finish(timeout) as subprocess.run's CompletedProcess. The zygote reaps
-    it; its exit status comes from the file it writes (none: killed, -9)."""
+class Forked(forked.Forked):
+    """A forked command: pid, returncode, poll(), wait(timeout) and kill() as amptrain's
+    forked workers have them, communicate(timeout) as a Popen's (text), finish(timeout) as
+    subprocess.run's CompletedProcess. The zygote reaps it, so its exit status comes from
+    the file it writes (none: killed, -9), not from waitpid."""
 
     def __init__(self, pid, args, files):
-        self.pid, self.args, self.files, self.returncode = pid, args, files, None
+        super().__init__(pid)
+        self.args, self.files = args, files
 
     def poll(self):
         if self.returncode is None and _gone(self.pid):
             status = _read(self.files["status"])
             self.returncode = int(status) if status else -9
-        return self.returncode
-
-    def wait(self, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.05)
         return self.returncode
 
     def communicate(self, timeout=None):
@@ -107,7 +102,7 @@ class Forked:
         try:
             self.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.kill(self.pid, 9)
+            self.kill()
             raise
         return subprocess.CompletedProcess(self.args, self.returncode, *self.communicate())
 
