@@ -1,5 +1,6 @@
 import collections
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from amptrain.data.vocabulary import (
     train_vocabulary,
     word_counts,
 )
+from amptrain.models.families.tokenizers import BytePairPieces
 
 
 def test_pad_to_multiple_of_8():
@@ -33,6 +35,27 @@ def test_trained_vocabulary_is_sorted_after_the_reserved_tokens_and_tokenizes():
     ids = tokenizer.encode(["The cat sat", "zzz"])
     assert [vocabulary[i] for i in ids[0]] == ["the", "cat", "sat"]  # lowercased
     assert all(vocabulary[i] == "[UNK]" or vocabulary[i].strip("#") for i in ids[1])
+
+
+def test_a_shared_tokenizer_is_the_one_built_for_the_same_vocabulary_casing_or_files(tmp_path):
+    """`shared` hands back the tokenizer this process built for an equal vocabulary and
+    casing (WordPiece) or files of the same bytes (BPE), and a new one for anything else; a
+    shared one tokenizes as a new one does."""
+    vocabulary = train_vocabulary(["the cat sat on the mat", "the dog sat on the log"] * 3, size=40)
+    first = WordPiece.shared(vocabulary)
+    assert WordPiece.shared(list(vocabulary)) is first and WordPiece.shared(vocabulary, lowercase=False) is not first
+    assert WordPiece.shared(vocabulary[:-1] + ["zzz"]) is not first
+    texts = ["The CAT sat", "a dog on a log"]
+    assert [list(ids) for ids in first.encode(texts)] == [list(ids) for ids in WordPiece(vocabulary).encode(texts)]
+
+    tiny_roberta = os.path.join(os.path.dirname(__file__), "..", "pretrained", "tiny-roberta")
+    folder = shutil.copytree(tiny_roberta, tmp_path / "r")
+    files = (str(folder / "vocab.json"), str(folder / "merges.txt"))
+    pieces = BytePairPieces.shared(*files, pad_id=1)
+    assert BytePairPieces.shared(*files, pad_id=1) is pieces
+    merges = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+    (folder / "merges.txt").write_text("\n".join(merges[:-1]) + "\n", encoding="utf-8")  # one merge fewer
+    assert BytePairPieces.shared(*files, pad_id=1) is not pieces
 
 
 def test_ties_go_to_the_pair_of_older_pieces():

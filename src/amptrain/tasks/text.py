@@ -119,7 +119,7 @@ class TextTask(Task):
         """The pretrained encoder's own tokenizer (its family's: models/families/), its pieces
         recorded in the run folder's vocab.txt; else WordPiece on `_load_or_make_vocabulary`."""
         if self.checkpoint is None:
-            return WordPiece(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
+            return WordPiece.shared(self._load_or_make_vocabulary(train_texts), lowercase=self.lowercase)
         tokenizer = family_of(self.checkpoint).tokenizer(self.checkpoint)
         if tokenizer.size > self.checkpoint.vocabulary_size:
             raise ConfigError(

@@ -155,7 +155,7 @@ class TranslationTask(TextTask):
         d = self.config.data
         if d.shared_vocabulary:
             texts = None if train_pairs is None else [p.source for p in train_pairs] + [p.target for p in train_pairs]
-            self.source_tokenizer = self.target_tokenizer = WordPiece(
+            self.source_tokenizer = self.target_tokenizer = WordPiece.shared(
                 self._load_or_make_vocabulary(texts), self.lowercase
             )
             return
@@ -166,7 +166,7 @@ class TranslationTask(TextTask):
             )
         # data.vocabulary is empty here, so each side is the run folder's or one trained on that side.
         self.source_tokenizer, self.target_tokenizer = (
-            WordPiece(
+            WordPiece.shared(
                 self._load_or_make_vocabulary(
                     None if train_pairs is None else [getattr(p, side) for p in train_pairs], name
                 ),

@@ -12,7 +12,7 @@ from amptrain.models.families.base import Family, bert_layers
 def word_piece_tokenizer(path, lowercase):
     from amptrain.data.vocabulary import WordPiece, load_vocabulary
 
-    return WordPiece(load_vocabulary(os.path.join(path, "vocab.txt")), lowercase=lowercase)
+    return WordPiece.shared(load_vocabulary(os.path.join(path, "vocab.txt")), lowercase=lowercase)
 
 
 FAMILY = Family(

@@ -15,7 +15,7 @@ from amptrain.models.families.base import Family, bert_layers
 def byte_pair_tokenizer(path, lowercase):
     from amptrain.models.families.tokenizers import BytePairPieces
 
-    return BytePairPieces(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"), pad_id=1)
+    return BytePairPieces.shared(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"), pad_id=1)
 
 
 def fold_token_type(encoder, checkpoint):
