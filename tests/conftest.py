@@ -22,8 +22,16 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # each with TensorFlow's default of a thread a core, 4.2 s with one). Ops still run side by
 # side (the inter-op pool is untouched: the replicas of a mirrored step need it).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-# The precision probe's cache (precision/probe.py): the tests' own, never a developer's.
-os.environ["AMPTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="amptrain-test-cache-")
+# The precision probe's cache (precision/probe.py): the tests' own, never a developer's; one
+# for both pytest workers of a run, so the CPU's peak per dtype (hardware/peaks.py, about 2 s
+# a dtype, measured by the first fit that reports an MFU) is measured once a run, not once a
+# worker. A test about the cache itself sets its own (monkeypatch.setenv).
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN:
+    os.environ["AMPTRAIN_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"amptrain-test-cache-{_RUN}")
+    os.makedirs(os.environ["AMPTRAIN_CACHE_DIR"], exist_ok=True)
+else:
+    os.environ["AMPTRAIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="amptrain-test-cache-")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPAM = os.path.join(ROOT, "data", "classify-spam")
