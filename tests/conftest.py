@@ -1,7 +1,9 @@
 """Shared fixtures: tiny slices of the bundled spam and WNUT-17 data, and tiny configs."""
 
 import csv
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +86,25 @@ def _quick_tests_start_no_python(request, monkeypatch):
 
 def pytest_collection_modifyitems(items):
     heavy_first(items)
+
+
+def shared_run(name, run_dir, train):
+    """`run_dir`: a copy of the run `train(folder)` trains into `folder`, trained once a pytest
+    run for every module and both workers that ask for `name` (the first asks and trains
+    under a lock; the others wait for it, then copy), so modules that check one tiny run
+    from two sides (the export tests and the server tests) train it once. A copy each, so
+    that what one module writes into its run (exports) is not seen by the other."""
+    root = os.path.join(tempfile.gettempdir(), f"amptrain-test-runs-{_RUN or os.getpid()}")
+    os.makedirs(root, exist_ok=True)
+    trained, done = os.path.join(root, name), os.path.join(root, f"{name}.done")
+    with open(os.path.join(root, f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done):
+            shutil.rmtree(trained, ignore_errors=True)  # a half-trained one left by a failure
+            train(trained)
+            open(done, "w").close()
+    shutil.copytree(trained, run_dir)
+    return run_dir
 
 
 def write_rows(path, rows):

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import TINY_CONFIG, write_rows
+from conftest import TINY_CONFIG, shared_run, write_rows
 
 import amptrain
 from amptrain.errors import UserError
@@ -51,8 +51,10 @@ def classifier(tmp_path_factory, spam_rows):
     write_rows(folder / "dev.csv", spam_rows[96:128])
     config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
     (folder / "tiny.toml").write_text(config)
-    amptrain.fit(str(folder / "tiny.toml"), FLOAT32, run_dir=str(folder / "run"))
-    return folder / "run", [row[0] for row in spam_rows[200:216]] + ["WIN a FREE cruise, click now", "", "ok"]
+    run = shared_run(
+        "export-classifier", folder / "run", lambda to: amptrain.fit(str(folder / "tiny.toml"), FLOAT32, run_dir=to)
+    )
+    return run, [row[0] for row in spam_rows[200:216]] + ["WIN a FREE cruise, click now", "", "ok"]
 
 
 def test_the_classifier_export_stands_alone_and_equals_predict(classifier):
@@ -134,7 +136,9 @@ def tagger(tiny_ner):
     # No dev split, so the best checkpoint is the last; `O` weighs little, so that the tiny
     # model tags entities in its training sentences.
     overrides = FLOAT32 + ["data.dev=", "train.steps=60", "train.learning_rate=1e-2", "train.outside_weight=0.05"]
-    amptrain.fit(str(tiny_ner / "tiny.toml"), overrides, run_dir=str(tiny_ner / "run"))
+    shared_run(
+        "export-tagger", tiny_ner / "run", lambda to: amptrain.fit(str(tiny_ner / "tiny.toml"), overrides, run_dir=to)
+    )
     sentences = (tiny_ner / "train.conll").read_text(encoding="utf-8").split("\n\n")
     texts = [" ".join(line.split("\t")[0] for line in s.split("\n") if line) for s in sentences if s.strip()]
     texts += ["@john_doe went to New York with #Obama: https://t.co/xyz!!", "", "  ", "Café MÜNCHEN İstanbul 😀 ¿Qué?"]
@@ -175,9 +179,8 @@ def test_the_onnx_tagger_equals_the_saved_model(tagger):
 
 @pytest.fixture(scope="module")
 def translator(tiny_translation):
-    amptrain.fit(
-        str(tiny_translation / "tiny.toml"), FLOAT32 + ["train.steps=16"], run_dir=str(tiny_translation / "run")
-    )
+    config, overrides = str(tiny_translation / "tiny.toml"), FLOAT32 + ["train.steps=16"]
+    shared_run("export-translator", tiny_translation / "run", lambda to: amptrain.fit(config, overrides, run_dir=to))
     lines = (tiny_translation / "train.tsv").read_text(encoding="utf-8").split("\n")
     return tiny_translation / "run", [line.split("\t")[0] for line in lines[:12]] + ["", "  ", "¿Qué? (sí)"]
 
