@@ -51,19 +51,6 @@ class _Pieces(tf.Module):
             self.graph_tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
         )
 
-    @classmethod
-    def shared(cls, *paths, **options):
-        """`cls(*paths, **options)` as this process built it first for files of the same
-        bytes, else a new one (kept for the next: the last 8), as `WordPiece.shared`: a new
-        tokenizer's first call traces and optimizes its graph, 1.3 s for keras-hub's BPE.
-        Not for `SentencePieces`: shared, its TensorFlow Text model resource was gone by the
-        next call after a fit (NotFoundError: "SentencepieceResource does not exist")."""
-        digest = hashlib.sha256()
-        for path in paths:
-            with open(path, "rb") as f:
-                digest.update(hashlib.sha256(f.read()).digest())
-        return _shared_pieces(cls, paths, digest.hexdigest(), tuple(sorted(options.items())))
-
     @property
     def size(self):
         return len(self.vocabulary)
@@ -110,6 +97,19 @@ class BytePairPieces(_Pieces):
     def _tokenize(self, texts):
         return self._tokenizer.tokenize(texts)
 
+    @classmethod
+    def shared(cls, vocabulary_path, merges_path, pad_id):
+        """The tokenizer this process built first for files of the same bytes and the same
+        `pad_id`, else a new one (kept for the next: the last 8), as `WordPiece.shared`: a new
+        one's first call traces and optimizes keras-hub's BPE graph (1.3 s). SentencePieces
+        has no such: shared, its TensorFlow Text model resource was gone by the next call
+        after a fit (NotFoundError: "SentencepieceResource does not exist")."""
+        digest = hashlib.sha256()
+        for path in (vocabulary_path, merges_path):
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+        return _shared_byte_pairs(vocabulary_path, merges_path, digest.hexdigest(), pad_id)
+
 
 class SentencePieces(_Pieces):
     """A SentencePiece model (TensorFlow Text's op, the model's own normalization inside),
@@ -145,5 +145,5 @@ class SentencePieces(_Pieces):
 
 
 @functools.lru_cache(maxsize=8)
-def _shared_pieces(cls, paths, digest, options):
-    return cls(*paths, **dict(options))
+def _shared_byte_pairs(vocabulary_path, merges_path, digest, pad_id):
+    return BytePairPieces(vocabulary_path, merges_path, pad_id)
