@@ -1,4 +1,4 @@
-"""The classic recipe under Keras `model.fit` against `amptrain.Trainer` (issue 34).
+"""The classic recipe under Keras `model.fit` against `amptrain.Trainer`.
 
     .venv/bin/python benchmarks/classic_recipe_vs_keras_fit.py [--rounds 5] [--steps 200] [--jit auto]
 

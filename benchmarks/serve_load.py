@@ -117,7 +117,7 @@ def time_clients(port, clients, work, limit, seconds):
 
 
 def load_texts(run_dir):
-    from amptrain.serving.loading import load_config
+    from amptrain.exports.loading import load_config
     from amptrain.tasks import create_task
 
     task = create_task(load_config(run_dir), run_dir)

@@ -100,8 +100,8 @@ def main():
     parser.add_argument("--calls", type=int, default=10, help="timed calls a round, variant and batch size")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from amptrain.exports.loading import load_config
     from amptrain.precision.policy import cpu_flags_from_proc, cpu_model_name
-    from amptrain.serving.loading import load_config
     from amptrain.tasks import create_task
 
     config = load_config(args.run_dir)

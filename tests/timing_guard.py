@@ -1,4 +1,4 @@
-"""The slow-test guard (issue 36): after the run, the ten slowest tests, a warning for a test
+"""The slow-test guard: after the run, the ten slowest tests, a warning for a test
 over WARN_SECONDS and a failed run for one over FAIL_SECONDS, so that the next slow test is
 noticed when it is written, not when CI's limit is passed.
 

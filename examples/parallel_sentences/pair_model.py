@@ -9,9 +9,9 @@ segment embedding added to the piece embeddings, mean-pooled, two logits.
 import keras
 
 from amptrain.data.batching import round_up
-from amptrain.models.classifier import MaskedMeanPooling
 from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
+from amptrain.models.pooling import MaskedMeanPooling
 
 
 def build_pair_classifier(vocabulary_size, max_length, model_config, dtype):

@@ -9,8 +9,8 @@ probabilities out, tokenized and cut in the graph exactly as `ParallelSentences.
 import tensorflow as tf
 
 from amptrain.data.vocabulary import CLS, PAD_ID, SEP
-from amptrain.serving.classification import ClassifierModule
 from amptrain.serving.modules import ServingModule
+from amptrain.tasks.classification.serving import ClassifierModule
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="token_ids")

@@ -23,6 +23,7 @@ import json
 import os
 
 import numpy as np
+from pair_serving import PairModule
 
 from amptrain.data.parallel import read_parallel
 from amptrain.data.vocabulary import CLS, PAD_ID, SEP, WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
@@ -57,7 +58,7 @@ def with_negatives(pairs, seed, salt):
 class ParallelSentences(TextTask):
     primary_metric = "accuracy"
     formats = ("auto", "tsv")
-    serving_module = "pair_serving:PairModule"  # in this folder too
+    serving_module = PairModule  # its serving graph, in this folder too
 
     # === Data ===
 

@@ -14,7 +14,9 @@ import shutil
 import tempfile
 
 from amptrain import config as config_lib
-from amptrain.engine import disk_full, learned_files, run_lock, sanity
+from amptrain.engine import sanity
+from amptrain.engine.run_folder import disk_full, learned_files
+from amptrain.engine.run_folder.lock import RunLock, hold, keep_lock
 from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
@@ -38,7 +40,7 @@ def fit_config(config, run_dir, overwrite=False, make_task=None):
 
     run_dir = os.path.abspath(run_dir)
     cluster = Cluster.from_env()
-    lock = run_lock.RunLock(run_dir, "fit").acquire() if cluster.is_chief else None  # one writer a folder
+    lock = RunLock(run_dir, "fit").acquire() if cluster.is_chief else None  # one writer a folder
     write_dir = run_dir
     try:
         if cluster.is_chief:
@@ -212,13 +214,13 @@ def _empty(run_dir):
     """Deletes what `run_dir` holds except the lock this process holds on it."""
     for name in os.listdir(run_dir):
         path = os.path.join(run_dir, name)
-        if not run_lock.keep_lock(name):
+        if not keep_lock(name):
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
 
 def _never_trained(run_dir):
     """True when `run_dir` holds no checkpoint and no training record: nothing to lose."""
-    from amptrain.engine.checkpoint_files import step_prefixes
+    from amptrain.engine.run_folder.checkpoint_files import step_prefixes
     from amptrain.engine.run_log import read_metrics
 
     if step_prefixes(os.path.join(run_dir, "checkpoints")):
@@ -232,9 +234,9 @@ def load_run(run_dir, split_names):
     import tensorflow as tf
 
     from amptrain.engine.checkpoints import restore_weights
-    from amptrain.engine.trainer import Trainer
+    from amptrain.engine.step_runner import StepRunner
+    from amptrain.exports.loading import load_config
     from amptrain.precision import probe
-    from amptrain.serving.loading import load_config
     from amptrain.tasks import create_task
 
     config = probe.resolved_for(load_config(run_dir, splits=split_names), run_dir)  # data files: only those read
@@ -246,7 +248,7 @@ def load_run(run_dir, split_names):
         checkpoint = restore_weights(model, os.path.join(run_dir, "checkpoints"), learned_files.names(task))
     except FileNotFoundError:
         raise UserError(f"{run_dir}: no checkpoint yet; train first with `amptrain fit`") from None
-    trainer = Trainer(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
+    trainer = StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=config.runtime.jit_compile)
     return task, model, trainer.predict, checkpoint
 
 
@@ -256,7 +258,7 @@ def evaluate(run_dir, split="test", data=None):
 
     if not os.path.exists(os.path.join(run_dir, "config.toml")):  # before the log goes there
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    with run_lock.hold(run_dir, "eval"):  # it writes train.log: not beside a fit
+    with hold(run_dir, "eval"):  # it writes train.log: not beside a fit
         setup_logging(run_dir)
         task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,))
         if data:
@@ -299,7 +301,7 @@ def export(
     """Exports a run (`amptrain.serving.export_run`): a SavedModel taking raw text in TF
     Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`
     the ONNX model of its token-ids graph. Returns where it went and its size."""
-    from amptrain.serving import export_run
+    from amptrain.exports import export_run
 
     return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides)
 

@@ -1,6 +1,6 @@
 """Worker processes forked after the import instead of started as new Pythons.
 
-    if forked.ready(("amptrain.api",)):         # imports TensorFlow, Keras, ... and these first
+    if forked.ready(preload):                   # imports TensorFlow, Keras, ... and calls preload() first
         worker = forked.start(lambda: main(["fit", ...]), env, stdout=fd)
         code = worker.wait()                    # as Popen.wait: -N when killed by signal N
 
@@ -29,17 +29,19 @@ FORK_ENV = "AMPTRAIN_FORK"  # "0": never fork, start every worker as a new Pytho
 IMPORTS = ("tensorflow", "keras", "keras_hub", "tensorflow_text")  # what every worker imports
 
 
-def ready(preload=()):
+def ready(preload=None):
     """Whether a worker can be forked from this process: on Linux, one thread, and
     TensorFlow's runtime neither started nor its devices listed, checked after importing
-    IMPORTS and `preload` (module names)."""
+    IMPORTS and calling `preload` (a function importing what the worker needs beyond them)."""
     if sys.platform != "linux" or os.environ.get(FORK_ENV) == "0" or threading.active_count() > 1:
         return False
-    for name in (*IMPORTS, *preload):
+    for name in IMPORTS:
         try:
             importlib.import_module(name)
         except ImportError:  # an optional one: the worker imports what it needs itself
             pass
+    if preload is not None:
+        preload()
     from tensorflow.python.eager import context  # no public API tells whether the runtime started
 
     runtime = context.context()

@@ -71,7 +71,7 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
         args.append("--overwrite")  # only the chief acts on it
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    fork = main is not None and forked.ready(PRELOAD)  # the import first: the ports are taken as late as they can be
+    fork = main is not None and forked.ready(preload)  # the import first: the ports are taken as late as they can be
     ports = free_ports(workers)
     print(
         f"launching {workers} workers on localhost ports {', '.join(map(str, ports))}; run folder {run_dir}",
@@ -103,9 +103,12 @@ def launch(config_path, workers, overrides=(), run_dir=None, overwrite=False, st
     return status
 
 
-# What every worker's `fit` imports beyond TensorFlow and Keras (forked.IMPORTS), imported
-# once by the launcher before it forks them.
-PRELOAD = ("amptrain.api", "amptrain.engine.trainer", "amptrain.tasks")
+def preload():
+    """What every worker's `fit` imports beyond TensorFlow and Keras (forked.IMPORTS),
+    imported once by the launcher before it forks them."""
+    import amptrain.api  # noqa: F401
+    import amptrain.engine.step_runner  # noqa: F401
+    import amptrain.tasks  # noqa: F401
 
 
 def exec_worker(args, env):

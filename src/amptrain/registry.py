@@ -7,9 +7,12 @@
 A config's `task` is a name below or a class by import path ("module:Class", the module on
 `sys.path` or in one of the folders searched: the config's own, the working directory).
 Config validation, the CLI, serving, the probe and the layout test ask this module; an
-unknown task is an error naming the known ones, never a fallback. The classes are named by
-import path, not imported here: this module sits below the config, and a task's module
-imports the config (docs/architecture.md, "Layers").
+unknown task is an error naming the known ones, never a fallback.
+
+This is amptrain's one lookup of a module by a name string (the layout test allows no
+other): the config names its task, and the config must be read before the task is known.
+The built-in classes are named by import path too, not imported here: this module sits
+below the config, and a task's package imports the config (docs/architecture.md, "Layers").
 """
 
 import importlib
@@ -18,6 +21,7 @@ import sys
 
 from amptrain.errors import ConfigError
 
+CONTRACT_MODULE = "amptrain.tasks.base"  # where `Task` lives (tasks/base.py)
 TASKS = {
     "classification": "amptrain.tasks.classification:ClassificationTask",
     "ner": "amptrain.tasks.ner:NerTask",
@@ -45,9 +49,7 @@ def task_class(name, search=()):
             f'("module:Class", e.g. "mytasks:SentencePairs"), received {name!r}'
         )
     cls = import_object(path, search, what="task")
-    # The contract sits above this module: looked up when a task is resolved, as the task is.
-    Task = importlib.import_module("amptrain.tasks.base").Task
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
+    if not (isinstance(cls, type) and any(_is_the_contract(base) for base in cls.__mro__)):
         raise ConfigError(f"task: {name!r} is {cls!r}, not a subclass of amptrain.Task (amptrain/tasks/base.py)")
     return cls
 
@@ -91,3 +93,9 @@ def module_folder(name):
 def _holds(folder, module_name):
     top = module_name.split(".")[0]
     return os.path.isfile(os.path.join(folder, top + ".py")) or os.path.isdir(os.path.join(folder, top))
+
+
+def _is_the_contract(cls):
+    """Whether `cls` is `amptrain.tasks.base.Task` (the contract sits above this module, so it
+    is recognised, not imported)."""
+    return cls.__module__ == CONTRACT_MODULE and cls.__qualname__ == "Task"

@@ -22,7 +22,7 @@ and one device trains it. Layers that declare float32 are islands. `config` take
 are. The engine does the rest as for the built-in tasks: loss scaling and its telemetry, the
 overflow locator, the NaN policy, XLA modes, steps per execution, accumulation, the weight
 average, `mirrored` and several workers (each batch is a global batch, split over the
-replicas), exact resume (see `tasks/keras_data.py` for what the data must satisfy) and a
+replicas), exact resume (see `tasks/keras_model/data.py` for what the data must satisfy) and a
 SIGTERM that saves first.
 """
 
@@ -51,8 +51,8 @@ class Trainer:
         batch_size=None,
         overwrite=False,
     ):
-        from amptrain.tasks.keras_data import SplitSource
-        from amptrain.tasks.keras_scoring import as_loss, as_metrics
+        from amptrain.tasks.keras_model.data import SplitSource
+        from amptrain.tasks.keras_model.scoring import as_loss, as_metrics
 
         if train is None:
             raise UserError("train: expected the training data (a tf.data.Dataset of batches, or arrays)")
@@ -114,7 +114,7 @@ class Trainer:
         import numpy as np
         import tensorflow as tf
 
-        from amptrain.tasks.keras_data import SplitSource
+        from amptrain.tasks.keras_model.data import SplitSource
 
         _, model, predict = self._load()
         source = SplitSource.of(_with_targets(x), "predict", self.batch_size)
@@ -131,7 +131,7 @@ class Trainer:
         signature, at `out`/`version` (default run_dir/export/1); returns where and its size.
         On a cluster only the chief exports (the others return None)."""
         from amptrain.distribute import Cluster
-        from amptrain.serving import export_run
+        from amptrain.exports import export_run
 
         if not Cluster.from_env().is_chief:
             return None
@@ -156,7 +156,7 @@ class Trainer:
         The combinations run in this process one after another (`bench/in_process.py`)."""
         from amptrain.bench.in_process import bench_in_process
         from amptrain.bench.runner import Grid
-        from amptrain.tasks.keras_model import describe_builder
+        from amptrain.tasks.keras_model.task import describe_builder
 
         if isinstance(self.model, _keras_model()):
             raise UserError("bench: a built model cannot be rebuilt under each precision; pass a builder (model=...)")
@@ -186,8 +186,8 @@ class Trainer:
         return config
 
     def _task(self, config, run_dir):
-        from amptrain.tasks.keras_data import SplitSource
-        from amptrain.tasks.keras_model import KerasModelTask, UserPieces
+        from amptrain.tasks.keras_model.data import SplitSource
+        from amptrain.tasks.keras_model.task import KerasModelTask, UserPieces
 
         seed = config.runtime.seed
         sources = {
@@ -204,7 +204,7 @@ class Trainer:
 
         from amptrain import config as config_lib
         from amptrain.engine.checkpoints import restore_weights
-        from amptrain.engine.trainer import Trainer as StepRunner
+        from amptrain.engine.step_runner import StepRunner
         from amptrain.precision import probe
 
         saved = os.path.join(self.run_dir, "config.toml")

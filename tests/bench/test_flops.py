@@ -18,7 +18,7 @@ from amptrain.config import ModelConfig
 from amptrain.engine.run_log import Window
 from amptrain.engine.utilisation import Utilisation
 from amptrain.hardware.flops import count_flops, peak_flops, training_flops_per_token
-from amptrain.models.classifier import build_classifier
+from amptrain.tasks.classification.model import build_classifier
 
 
 def sequence_model(*layers, length=10, width=8):
@@ -45,7 +45,7 @@ def test_training_flops_per_token_of_a_tiny_classifier():
 
 
 def test_training_flops_per_token_of_a_tiny_tagger():
-    from amptrain.models.tagger import build_tagger
+    from amptrain.tasks.ner.model import build_tagger
 
     config = ModelConfig(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32)
     model = build_tagger(64, 32, 5, config, "mixed_bfloat16", num_shapes=6, num_chars=20)
@@ -57,7 +57,7 @@ def test_training_flops_per_token_of_a_tiny_tagger():
 
 
 def tiny_translator(tie_embeddings):
-    from amptrain.models.translator import Translator
+    from amptrain.tasks.translation.model import Translator
 
     c = SimpleNamespace(
         num_layers=1,
@@ -78,8 +78,8 @@ def test_training_flops_per_token_of_a_tiny_translator():
     # Attention: encoder self, decoder self and cross: 3 x 12 x 8 x 10 = 2,880.
     # A source and a target token together: 6 x 1,600 + 2,880 = 12,480; a token: 6,240.
     assert training_flops_per_token(tiny_translator(True), sequence_length=10) == 6240
-    # Untied, the projection is a kernel of its own, 8 x 40 as well (the count before issue 34
-    # missed it: 5,280).
+    # Untied, the projection is a kernel of its own, 8 x 40 as well (a count that
+    # missed it would say 5,280).
     assert training_flops_per_token(tiny_translator(False), sequence_length=10) == 6240
 
 

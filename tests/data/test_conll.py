@@ -2,8 +2,8 @@
 
 import pytest
 
-from amptrain.data import conll
 from amptrain.errors import DataError
+from amptrain.tasks.ner import conll
 
 
 def write(path, text):

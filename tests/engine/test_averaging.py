@@ -13,7 +13,7 @@ from poisoned import batches, poisoned_model, squared_error
 import amptrain
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.run_log import read_metrics
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 from amptrain.precision.loss_scale import LossScaler
 
 INF = float("inf")
@@ -27,7 +27,7 @@ def make_trainer(decay=DECAY, scaler=None):
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
     average = WeightAverage(strategy, model.trainable_variables, decay)
-    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=scaler, weight_average=average)
+    trainer = StepRunner(strategy, model, optimizer, squared_error, loss_scale=scaler, weight_average=average)
     return trainer, model, optimizer, average
 
 
@@ -97,7 +97,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras, numpy as np
 from poisoned import batches, poisoned_model, squared_error
 from amptrain.engine.averaging import WeightAverage
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 
 d = {decay}
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -106,7 +106,7 @@ with strategy.scope():
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
     average = WeightAverage(strategy, model.trainable_variables, d)
-    trainer = Trainer(strategy, model, optimizer, squared_error, weight_average=average)
+    trainer = StepRunner(strategy, model, optimizer, squared_error, weight_average=average)
 iterator = iter(strategy.experimental_distribute_dataset(batches([[1, 1], [1, 1]])))
 def copies(variables):
     return [[r.numpy().copy() for r in (v.value if isinstance(v, keras.Variable) else v).values] for v in variables]

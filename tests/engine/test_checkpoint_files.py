@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from amptrain.engine.checkpoint_files import damage, step_prefixes
 from amptrain.engine.checkpoints import Checkpoints, restore_weights
+from amptrain.engine.run_folder.checkpoint_files import damage, step_prefixes
 from amptrain.errors import CheckpointError
 
 

@@ -33,7 +33,7 @@ import tensorflow as tf
 import amptrain
 from amptrain import distribute
 from amptrain.engine.run_log import read_metrics
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 from amptrain.errors import ConfigError
 from amptrain.precision.loss_scale import LossScaler
 
@@ -130,7 +130,7 @@ def micro_batch_trainer(accumulation_steps, scaler=None):
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.05)
     optimizer.build(model.trainable_variables)
-    return Trainer(
+    return StepRunner(
         tf.distribute.get_strategy(),
         model,
         optimizer,
@@ -246,7 +246,7 @@ def test_replicas_that_cannot_split_the_batch_are_refused_before_any_work(tiny):
         "split evenly), received 8; try 6 or 9"
     )
     # Nothing was read, learned or built: no vocabulary, no labels, no checkpoint.
-    # Nothing learned or trained: the config, the log, and the run folder's lock (engine/run_lock.py)
+    # Nothing learned or trained: the config, the log, and the run folder's lock (engine/run_folder/lock.py)
     assert sorted(os.listdir(run_dir)) == [".lock", "config.toml", "train.log"]
 
 

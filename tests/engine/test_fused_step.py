@@ -15,7 +15,7 @@ from amptrain import config as config_lib
 from amptrain.bench.worker import build_trainer
 from amptrain.distribute import is_single_device
 from amptrain.engine.checkpoints import Checkpoints
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 from amptrain.precision.loss_scale import LossScaler
 
 INF = float("inf")
@@ -49,9 +49,9 @@ def test_fusing_needs_one_device_and_xla():
     model, optimizer = poisoned_model(), keras.optimizers.Adam(0.1)
     optimizer.build(model.trainable_variables)
     default = tf.distribute.get_strategy()
-    assert Trainer(default, model, optimizer, squared_error, jit_compile=True).fused
-    assert not Trainer(default, model, optimizer, squared_error, jit_compile=False).fused
-    assert not Trainer(default, model, optimizer, squared_error, jit_compile=True, fuse_step=False).fused
+    assert StepRunner(default, model, optimizer, squared_error, jit_compile=True).fused
+    assert not StepRunner(default, model, optimizer, squared_error, jit_compile=False).fused
+    assert not StepRunner(default, model, optimizer, squared_error, jit_compile=True, fuse_step=False).fused
     assert is_single_device(tf.distribute.OneDeviceStrategy("/cpu:0"))
     assert not is_single_device(tf.distribute.MirroredStrategy(["/cpu:0"]))  # merge_call: never fused
 
@@ -91,7 +91,7 @@ def test_a_skipped_step_changes_nothing_under_the_fused_step(scaler):
     optimizer = keras.optimizers.AdamW(0.1, weight_decay=0.01)
     optimizer.build(model.trainable_variables)
     loss_scale = LossScaler(1024.0) if scaler else None
-    trainer = Trainer(
+    trainer = StepRunner(
         tf.distribute.get_strategy(),
         model,
         optimizer,

@@ -1,4 +1,4 @@
-"""A run folder that cannot be corrupted or misread (issue 35): the lock, unique temporary
+"""A run folder that cannot be corrupted or misread: the lock, unique temporary
 files, checked learned files, a half-written metrics line, a moved folder, streamed predict.
 
 One tiny run is trained for the module; each test damages a copy of it."""
@@ -15,7 +15,7 @@ from conftest import TINY_CONFIG, write_rows
 
 import amptrain
 from amptrain.cli import main
-from amptrain.engine.run_lock import LOCK_FILE, RunLock
+from amptrain.engine.run_folder.lock import LOCK_FILE, RunLock
 from amptrain.engine.run_log import read_metrics
 from amptrain.errors import UserError
 from amptrain.files import atomic_write

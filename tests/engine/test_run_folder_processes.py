@@ -1,4 +1,4 @@
-"""The run-folder hazards only real processes and a real disk show (issue 35): two `fit`s on
+"""The run-folder hazards only real processes and a real disk show: two `fit`s on
 one folder, and a disk that fills up during a save (a small tmpfs, mounted as root)."""
 
 import os

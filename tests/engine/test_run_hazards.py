@@ -1,4 +1,4 @@
-"""Runs that used to end wrong (issue 35): a split padded past its longest text, signals
+"""Runs that could end wrong: a split padded past its longest text, signals
 during an evaluation or the final test, and runs that train to nonsense without a word."""
 
 import os
@@ -14,7 +14,7 @@ from amptrain.data.batching import round_up
 from amptrain.engine.numerics import _advice
 from amptrain.engine.run_log import read_metrics
 from amptrain.tasks import prepared_in_scratch
-from amptrain.tasks.classification import ClassificationTask
+from amptrain.tasks.classification.task import ClassificationTask
 
 
 def in_process(capsys, *args):

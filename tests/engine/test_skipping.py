@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from poisoned import batches, poisoned_model, squared_error
 
-from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING, TOO_MANY_SKIPS, Trainer
+from amptrain.engine.step_runner import NONFINITE_LOSS, RUNNING, TOO_MANY_SKIPS, StepRunner
 from amptrain.precision.loss_scale import LossScaler
 
 INF = float("inf")
@@ -25,7 +25,7 @@ def make_trainer(scaler=None, **kwargs):
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.1)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=scaler, **kwargs)
+    trainer = StepRunner(strategy, model, optimizer, squared_error, loss_scale=scaler, **kwargs)
     return trainer, model, optimizer
 
 
@@ -89,7 +89,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, numpy as np
 from poisoned import batches, poisoned_model, squared_error
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 from amptrain.precision.loss_scale import LossScaler
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -97,7 +97,7 @@ with strategy.scope():
     model = poisoned_model()
     optimizer = keras.optimizers.Adam(0.1)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, model, optimizer, squared_error, loss_scale=LossScaler(1024.0))
+    trainer = StepRunner(strategy, model, optimizer, squared_error, loss_scale=LossScaler(1024.0))
 # A global batch of 2 splits 1 + 1: only the second replica's example is poisoned.
 iterator = iter(strategy.experimental_distribute_dataset(batches([[1, float("inf")], [1, 1]])))
 def replicas():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from amptrain.engine.checkpoint_files import step_prefixes
+from amptrain.engine.run_folder.checkpoint_files import step_prefixes
 from amptrain.engine.run_log import read_metrics
 
 EXAMPLE = os.path.join(ROOT, "examples", "classic_recipe", "classic_recipe.py")

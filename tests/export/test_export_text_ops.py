@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from amptrain.data import conll
 from amptrain.data.vocabulary import RESERVED_TOKENS, SEP
-from amptrain.serving import unicode_tables
-from amptrain.serving.ner import TaggerModule, split_words
-from amptrain.serving.translation import detokenize_ids, join_tables
-from amptrain.tasks import translation
-from amptrain.tasks.ner import WORD
+from amptrain.serving import unicode_classes
+from amptrain.tasks.ner import conll
+from amptrain.tasks.ner.features import WORD
+from amptrain.tasks.ner.serving import TaggerModule, split_words
+from amptrain.tasks.translation import detokenize
+from amptrain.tasks.translation.serving import detokenize_ids, join_tables
 
 # Characters where Python's and ICU's or RE2's ideas differ, or that are spaces to one only.
 TRICKY = "İıǅǈßẞﬁΣσς\u00a0\u2028\u3000\u0085\u000b\u001c’'-.@#_😀１٣ʰⅧ½é\u0301ÉŉİSTRASSE"
@@ -24,7 +24,7 @@ TRICKY = "İıǅǈßẞﬁΣσς\u00a0\u2028\u3000\u0085\u000b\u001c’'-.@#_�
 def random_texts(count, seed=0):
     """Texts of words, spaces and characters from all over the first planes."""
     rng = random.Random(seed)
-    pool = [chr(c) for c in range(0x21, 0x3100) if c not in unicode_tables.SURROGATES] + list(TRICKY)
+    pool = [chr(c) for c in range(0x21, 0x3100) if c not in unicode_classes.SURROGATES] + list(TRICKY)
     words = ["New", "York", "don't", "e-mail", "U.S.", "3.14", "@john_doe", "#Obama", "https://t.co/x!", "MÜNCHEN"]
     texts = []
     for _ in range(count):
@@ -38,10 +38,10 @@ def random_texts(count, seed=0):
 
 @pytest.mark.parametrize("python_class", [r"\w", r"\s"])
 def test_python_character_classes_match_every_code_point_in_re2(python_class):
-    code_points = [cp for cp in range(unicode_tables.LAST_CODE_POINT + 1) if cp not in unicode_tables.SURROGATES]
+    code_points = [cp for cp in range(unicode_classes.LAST_CODE_POINT + 1) if cp not in unicode_classes.SURROGATES]
     characters = [chr(cp) for cp in code_points]
     expected = np.array([re.fullmatch(python_class, c) is not None for c in characters])
-    pattern = unicode_tables.character_class(python_class)
+    pattern = unicode_classes.character_class(python_class)
     matched = tf.strings.regex_full_match(tf.constant(characters), pattern).numpy()
     assert (matched == expected).all(), [hex(cp) for cp, a, b in zip(code_points, matched, expected) if a != b][:10]
 
@@ -101,12 +101,12 @@ def test_detokenizing_in_the_graph_joins_pieces_as_python():
     rows[rng.random(rows.shape) < 0.05] = 0
     got = detokenize_ids(tf.constant(rows), join_tables(vocabulary), vocabulary.index(SEP)).numpy()
     for row, text in zip(rows, got):
-        pieces = translation._until_end(row, vocabulary.index(SEP))
-        assert text.decode() == translation.detokenize([vocabulary[i] for i in pieces])
+        pieces = detokenize.until_end(row, vocabulary.index(SEP))
+        assert text.decode() == detokenize.detokenize([vocabulary[i] for i in pieces])
 
 
 def test_a_cut_text_keeps_its_first_pieces_then_its_last():
-    from amptrain.tasks.classification import cut
+    from amptrain.tasks.classification.task import cut
 
     ids = np.arange(12)  # 0 as [CLS], 11 as [SEP] when the text ends with one
     assert cut(ids, 8, ends_with_sep=True, keep_tail=2).tolist() == [0, 1, 2, 3, 4, 9, 10, 11]
@@ -122,8 +122,8 @@ def test_the_classifiers_graph_tokens_are_the_tasks(fixture, keep_tail, request)
     """[CLS], the pieces, [SEP] for a pretrained encoder, and the cut (head, or head + tail)
     of the serving graph, against what the task trains on (most spam texts are cut at 32)."""
     from amptrain.config import load_config
-    from amptrain.serving.classification import ClassifierModule
     from amptrain.tasks import prepared_in_scratch
+    from amptrain.tasks.classification.serving import ClassifierModule
 
     path = request.getfixturevalue(fixture)
     path = path / "tiny.toml" if fixture == "tiny" else path

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from amptrain.metrics.spans import score, spans
+from amptrain.tasks.ner.spans import score, spans
 
 
 def test_spans_of_bio_and_iob2():

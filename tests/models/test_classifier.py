@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from amptrain.config import ModelConfig
-from amptrain.models.classifier import build_classifier
+from amptrain.tasks.classification.model import build_classifier
 
 MODEL = ModelConfig(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0)
 

@@ -17,12 +17,13 @@ from amptrain.models.blocks import (
     MultiHeadSelfAttention,
     TokenAndPositionEmbedding,
 )
-from amptrain.models.chars import CharWordEncoder
-from amptrain.models.classifier import MaskedMeanPooling, build_classifier
-from amptrain.models.decoding import Search
 from amptrain.models.islands import island_reason
-from amptrain.models.tagger import build_tagger
-from amptrain.models.translator import OutputProjection, Translator
+from amptrain.models.pooling import MaskedMeanPooling
+from amptrain.tasks.classification.model import build_classifier
+from amptrain.tasks.ner.chars import CharWordEncoder
+from amptrain.tasks.ner.model import build_tagger
+from amptrain.tasks.translation.decoding import Search
+from amptrain.tasks.translation.model import OutputProjection, Translator
 
 TINY = ModelConfig(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1, num_decoder_layers=2)
 RNG = np.random.default_rng(0)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from amptrain.models.decoding import Search
-from amptrain.models.translator import Translator
+from amptrain.tasks.translation.decoding import Search
+from amptrain.tasks.translation.model import Translator
 
 CONFIG = SimpleNamespace(
     num_layers=2,

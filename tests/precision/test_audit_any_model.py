@@ -1,6 +1,6 @@
 """`amptrain.audit` on a user's own Keras model (a builder or a built model): the classic
-recipe's float32 CustomAttention is an island with its reason, and each float16 risk of
-issue 34 is named at the custom layer that has it. (The config form: `test_audit.py`.)"""
+recipe's float32 CustomAttention is an island with its reason, and each float16 risk the
+audit knows is named at the custom layer that has it. (The config form: `test_audit.py`.)"""
 
 import pathlib
 import sys

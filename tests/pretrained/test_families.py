@@ -56,14 +56,14 @@ def test_tokens_and_last_hidden_states_equal_transformers(family, tokenizers):
     import keras
     import tensorflow as tf
 
-    from amptrain.models.pretrained import _encode
+    from amptrain.models.pretrained import encode_pretrained
 
     checkpoint = read_checkpoint(folder(family))
     tokenizer = tokenizers(family)
     token_ids = keras.Input((None,), dtype="int32")
     padding_mask = keras.Input((None,), dtype="bool")
     model_config = type("ModelConfig", (), {"dropout": 0.0})
-    states = _encode(checkpoint, token_ids, padding_mask, model_config, "float32")["sequence_output"]
+    states = encode_pretrained(checkpoint, token_ids, padding_mask, model_config, "float32")["sequence_output"]
     encoder = keras.Model([token_ids, padding_mask], states)
     for record in reference(family)["sentences"]:
         ids = [tokenizer.start_id, *tokenizer.encode([record["text"]])[0].tolist(), tokenizer.end_id]

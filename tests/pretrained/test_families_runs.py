@@ -23,7 +23,7 @@ from amptrain.engine.run_log import read_metrics
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (policy, runtime.jit_compile) of each family's classification and NER run. Each family has
-# a float32 run, whose export (float32) must equal `predict` to 1e-5 (the tasks session 14
+# a float32 run, whose export (float32) must equal `predict` to 1e-5 (the pairs
 # checked so: NER on RoBERTa and ALBERT, classification on XLM-R and DistilBERT); bf16 and fp16 (with its
 # loss scale) each meet both tasks and two XLA modes (float32 under whole XLA is BERT's, in
 # test_pretrained_features.py, and the strategy matrix's); a mixed classifier's export is

@@ -118,7 +118,7 @@ def test_bench_times_a_pretrained_config(tiny_pretrained, tmp_path, capsys):
 
 
 def test_the_export_of_a_pretrained_classifier_and_tagger_equals_predict(tiny_pretrained, tiny_ner, tmp_path):
-    """`amptrain export` (issue 20's) tokenizes as the checkpoint was trained: [CLS] ... [SEP]."""
+    """`amptrain export` tokenizes as the checkpoint was trained: [CLS] ... [SEP]."""
     from conftest import pretrained_config
     from export.test_export_runs import serve_in_fresh_process
 

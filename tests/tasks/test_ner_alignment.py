@@ -6,8 +6,8 @@ import pytest
 
 from amptrain import config as config_lib
 from amptrain.data.vocabulary import RESERVED_TOKENS, pad_to_multiple, save_vocabulary
-from amptrain.tasks.ner import NerTask
-from amptrain.tasks.ner_features import align
+from amptrain.tasks.ner.features import align
+from amptrain.tasks.ner.task import NerTask
 
 PIECES = ["Em", "##pire", "State", "ES", "##B", "=", "@", "bob", "storm"]
 SENTENCES = "Empire\tB-location\nState\tI-location\n=\tO\nESB\tB-location\n\n@bob\tB-person\n\u200b\tO\nstorm\tO\n"
@@ -99,7 +99,7 @@ def test_ner_keeps_case_by_default_and_classification_lowercases(tmp_path):
         ),
         "",
     ).lowercase
-    from amptrain.tasks.classification import ClassificationTask
+    from amptrain.tasks.classification.task import ClassificationTask
 
     classification = config_lib.config_from_dict({"data": {"train": str(tmp_path / "train.conll"), "format": "csv"}})
     assert ClassificationTask(classification, "").lowercase is True
@@ -132,7 +132,7 @@ def test_outside_weight_scales_o_words_and_the_loss_counts_real_words(tmp_path):
 
 
 def test_word_shapes_by_hand():
-    from amptrain.tasks.ner_features import SHAPES, piece_shapes, word_shape
+    from amptrain.tasks.ner.features import SHAPES, piece_shapes, word_shape
 
     def name(word, start=False):
         shape = word_shape(word, start)
@@ -155,7 +155,7 @@ def test_word_shapes_by_hand():
 
 
 def test_word_characters_by_hand():
-    from amptrain.tasks.ner_features import CHARS_PER_WORD, NUM_CHARS, char_id, piece_chars, word_chars
+    from amptrain.tasks.ner.features import CHARS_PER_WORD, NUM_CHARS, char_id, piece_chars, word_chars
 
     # printable ASCII is ord - 30; 1 and 2 mark the word's start and end; 0 pads
     assert word_chars("Bob").tolist() == [1, 36, 81, 68, 2] + [0] * 15
@@ -174,7 +174,7 @@ def test_word_characters_by_hand():
 
 
 def test_batches_carry_each_piece_characters(tmp_path):
-    from amptrain.tasks.ner_features import word_chars
+    from amptrain.tasks.ner.features import word_chars
 
     task, _ = make_task(tmp_path)
     features, _, _ = task.batch_builder(task.splits["train"])(np.array([1, -1]), 8)
@@ -189,8 +189,8 @@ def test_batches_carry_each_piece_characters(tmp_path):
 def test_capitalised_words_carry_how_often_training_saw_them_lower_case(tmp_path):
     import json
 
-    from amptrain.tasks.ner import LOWERCASE_WORDS_FILE
-    from amptrain.tasks.ner_features import NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
+    from amptrain.tasks.ner.features import NUM_SHAPES, SHAPES, case_bucket, piece_shapes, word_shape
+    from amptrain.tasks.ner.task import LOWERCASE_WORDS_FILE
 
     counts = {"the": 7, "storm": 1}
     # never seen lower-case: 0; 1 to 4 times: 1; 5 or more: 2; a word without capitals: 0

@@ -7,7 +7,7 @@ import pytest
 
 import amptrain
 from amptrain.engine.run_log import read_metrics
-from amptrain.metrics.spans import score, spans
+from amptrain.tasks.ner.spans import score, spans
 
 
 @pytest.fixture(scope="module")

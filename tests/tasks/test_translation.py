@@ -13,7 +13,7 @@ import amptrain
 from amptrain.data.batching import BatchPlan, rows_for_tokens
 from amptrain.engine.run_log import read_metrics
 from amptrain.models.losses import smoothed_cross_entropy
-from amptrain.tasks.translation import TranslationTask, detokenize, pair_split
+from amptrain.tasks.translation.task import TranslationTask, detokenize, pair_split
 
 
 def test_padding_adds_nothing_to_the_loss_or_the_count():

@@ -9,7 +9,7 @@ Prints one JSON line (the last line of its output) with the measurements. The ru
 can be (`forked.py`), else as the command above.
 
 A combination is timed the way the engine trains: the same task data and model, and the
-optimizer, loss scaler, weight average and `Trainer` (accumulation and stop conditions
+optimizer, loss scaler, weight average and `StepRunner` (accumulation and stop conditions
 included) from the builder `amptrain fit` uses (`engine.build.build_training`),
 `steps_per_execution` steps a graph call. The first call
 (tracing, XLA compilation, the first steps) is timed apart as `compile_seconds`; then,

@@ -7,7 +7,7 @@ call this, so the bench times exactly the step training runs.
     Checkpoints(..., state=parts.checkpoint_state())
 
 The parts: AdamW (or Adam) with its warm-up schedule and learning-rate factor, the loss
-scaler the precision asks for, the weight average (`train.ema_decay`), and the `Trainer`
+scaler the precision asks for, the weight average (`train.ema_decay`), and the `StepRunner`
 with the run's accumulation, clipping and stop conditions.
 """
 
@@ -15,7 +15,7 @@ import dataclasses
 
 from amptrain.engine.averaging import WeightAverage
 from amptrain.engine.optimizer import build_optimizer
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 from amptrain.precision.loss_scale import build_scaler
 
 
@@ -36,7 +36,7 @@ class TrainingParts:
     learning_rate_factor: object  # a checkpointed variable; the NaN policy's restore lowers it
     loss_scale: object  # precision.loss_scale.LossScaler, or None
     weight_average: object  # engine.averaging.WeightAverage, or None
-    trainer: Trainer
+    trainer: StepRunner
 
     def checkpoint_state(self):
         """The trackables a checkpoint holds besides the model, the optimizer and the step."""
@@ -48,7 +48,7 @@ class TrainingParts:
 
 
 def build_training(model, loss_fn, config, strategy, policy, total_steps, fuse_step=True, learning_rates=None):
-    """The optimizer, loss scaler, weight average and `Trainer` of `config` for `model`,
+    """The optimizer, loss scaler, weight average and `StepRunner` of `config` for `model`,
     built under `strategy`'s scope. `fuse_step=False` keeps the optimizer update out of XLA
     even on one device (the engine's path under several replicas; benchmarks compare them).
     `learning_rates`: model -> (scales by variable, weight-decay predicate), the task's
@@ -60,7 +60,7 @@ def build_training(model, loss_fn, config, strategy, policy, total_steps, fuse_s
         optimizer.build(model.trainable_variables)
         scaler = build_scaler(config.precision, policy)
         average = WeightAverage(strategy, model.trainable_variables, t.ema_decay) if t.ema_decay > 0 else None
-        trainer = Trainer(
+        trainer = StepRunner(
             strategy,
             model,
             optimizer,

@@ -24,7 +24,7 @@ import os
 
 import tensorflow as tf
 
-from amptrain.engine.checkpoint_files import (
+from amptrain.engine.run_folder.checkpoint_files import (
     damage,
     newest_intact,
     readable_state,
@@ -160,7 +160,7 @@ def restore_weights(model, directory, learned=()):
 def restore_model(model, path, run_dir, learned=(), check_all=False):
     """The model's weights from checkpoint `path`; a mismatch is a `CheckpointError` naming the
     learned files the model was built from (`learned_files.explain_mismatch`)."""
-    from amptrain.engine.learned_files import explain_mismatch
+    from amptrain.engine.run_folder.learned_files import explain_mismatch
 
     try:
         status = tf.train.Checkpoint(model=model).restore(path).expect_partial()

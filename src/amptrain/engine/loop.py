@@ -43,7 +43,7 @@ from amptrain.engine.run_log import (
     run_record,
 )
 from amptrain.engine.signals import evaluation_missed, sigterm_flag
-from amptrain.engine.trainer import NONFINITE_LOSS, RUNNING
+from amptrain.engine.step_runner import NONFINITE_LOSS, RUNNING
 from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import ConfigError, Interrupted, NumericsError
 

@@ -16,7 +16,7 @@ import logging
 
 from amptrain.engine.run_log import LOGGER_NAME
 from amptrain.engine.sanity import ABSURD_LEARNING_RATE, LossGrowth
-from amptrain.engine.trainer import NONFINITE_LOSS, SCALE_AT_FLOOR, TOO_MANY_SKIPS
+from amptrain.engine.step_runner import NONFINITE_LOSS, SCALE_AT_FLOOR, TOO_MANY_SKIPS
 
 logger = logging.getLogger(LOGGER_NAME)
 

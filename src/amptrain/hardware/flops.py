@@ -105,8 +105,6 @@ def training_flops_per_token(model, sequence_length):
 
 def count_flops(model):
     """The matrix-product parameters, attention width and uncounted layers of the built `model`."""
-    from amptrain.models.translator import Translator
-
     parameters, width, uncounted = 0, 0, []
     for layer, path, calls in _layers(model):
         found = _layer_count(layer, calls)
@@ -115,7 +113,8 @@ def count_flops(model):
         else:
             parameters += found[0] * calls
             width += found[1] * calls
-    return FlopsCount(parameters, width, tuple(uncounted), isinstance(model, Translator))
+    # A model whose tokens are half source, half target says so (the translator does).
+    return FlopsCount(parameters, width, tuple(uncounted), getattr(model, "encoder_decoder", False) is True)
 
 
 def _layers(model):
@@ -142,9 +141,10 @@ def _calls_in(parent, child):
 
 def _layer_count(layer, calls):
     """(matmul parameters, attention width) of the layer's own work, or why it cannot be counted."""
-    from amptrain.models.translator import OutputProjection
-
-    if isinstance(layer, keras.layers.Dense | keras.layers.EinsumDense | OutputProjection) and not layer.built:
+    # A layer of a model's own that multiplies weights (a tied output projection, say) counts
+    # them itself: `matmul_parameters()`, the weights multiplied once a token.
+    counts_itself = callable(getattr(layer, "matmul_parameters", None))
+    if (isinstance(layer, keras.layers.Dense | keras.layers.EinsumDense) or counts_itself) and not layer.built:
         return "not built"
     if isinstance(layer, keras.layers.Dense):
         return _size(layer.kernel), 0
@@ -158,8 +158,8 @@ def _layer_count(layer, calls):
         return 0, layer.num_heads * (layer.key_dim + layer.value_dim)
     if isinstance(layer, keras.layers.GroupQueryAttention):
         return 0, layer.num_query_heads * 2 * layer.head_dim
-    if isinstance(layer, OutputProjection):
-        return _size(layer.tied_embedding.embeddings if layer.tied else layer.kernel), 0
+    if counts_itself:
+        return layer.matmul_parameters(), 0
     if isinstance(layer, keras.layers.Attention | keras.layers.AdditiveAttention):
         return "its scores are sized by its inputs, which the layer does not hold"
     if isinstance(layer, keras.layers.ReversibleEmbedding) and calls > 1:

@@ -1,10 +1,10 @@
-"""Models on a pretrained encoder (`model.pretrained`): keras-hub's backbone of the
-checkpoint's family (models/families/: BERT, RoBERTa, XLM-R, DistilBERT, ALBERT), loaded
-offline from the checkpoint's folder, and amptrain's heads on it.
+"""Pretrained encoders (`model.pretrained`): keras-hub's backbone of the checkpoint's family
+(models/families/: BERT, RoBERTa, XLM-R, DistilBERT, ALBERT), loaded offline from the
+checkpoint's folder, on amptrain's inputs; the tasks put their heads on it
+(`tasks/classification/pretrained.py`, `tasks/ner/pretrained.py`).
 
-    model = build_pretrained_classifier(checkpoint, num_classes=2, model_config=config.model,
-                                        dtype="mixed_bfloat16")
-    model = build_pretrained_tagger(checkpoint, num_tags=7, ..., num_shapes=56, num_chars=104)
+    outputs = encode_pretrained(checkpoint, token_ids, padding_mask, config.model, "mixed_bfloat16")
+    outputs["sequence_output"]                            # (batch, length, hidden)
     scales = learning_rate_scales(model, config.train)   # {id(variable): factor}, or None
 
 The encoder is keras-hub's own (`<Family>Backbone.from_preset` reads a Hugging Face folder
@@ -12,33 +12,18 @@ through its converter, or a keras-hub BERT preset), built under the run's policy
 these corrections (`load_encoder`): the checkpoint's GELU where keras-hub builds the other
 form, the family's own (`Family.correct`: RoBERTa's token-type embedding), and
 each attention softmax computed in float32 (keras-hub's attention ran it in float16 under
-`mixed_float16`; `amptrain audit` found it). Its layer norms upcast by themselves. The
-heads are amptrain's float32 islands.
-
-- Classifier: the checkpoint's pooling (`config.pretrained.Checkpoint.pooling`): the
-  masked mean of the states for a checkpoint trained so (all-MiniLM-L6-v2), else the
-  pooled [CLS] state (BERT, ALBERT) or the first piece's state (the families without a
-  pooler: RoBERTa, XLM-R, DistilBERT); then dropout and float32 logits.
-- Tagger: each piece's encoder state, concatenated with its word's shape embedding and
-  character-level word vector (the uncased encoder cannot see case; the shape can), then
-  dropout and float32 logits. The word features join at the output, not the input: added
-  to the input embeddings, untrained vectors would shift what every pretrained layer sees.
+`mixed_float16`; `amptrain audit` found it). Its layer norms upcast by themselves.
 """
 
 import keras
 from keras import ops
 
 from amptrain.models.blocks import SOFTMAX_REASON
-from amptrain.models.chars import CharWordEncoder
-from amptrain.models.classifier import MaskedMeanPooling
-from amptrain.models.dropout import Dropout
 from amptrain.models.families import family_of
 from amptrain.models.families.layers import FirstState, SwapIds
 from amptrain.models.families.loading import load_backbone
-from amptrain.models.islands import float32_island
 
 ENCODER_NAME = "pretrained_encoder"
-FEATURE_DIM = 64  # the tagger's word-shape embedding and character vector widths
 # Variables whose names hold these take no weight decay (biases, layer norms' scale and offset).
 NO_DECAY = ("bias", "gamma", "beta")
 
@@ -96,7 +81,7 @@ class SegmentIds(keras.layers.Layer):
         return ops.zeros_like(token_ids)
 
 
-def _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=False):
+def encode_pretrained(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=False):
     """(the states, (batch, length, hidden), and the pooled state) of the encoder on amptrain's inputs."""
     family = family_of(checkpoint)
     encoder = load_encoder(checkpoint, dtype, model_config.dropout)
@@ -114,41 +99,6 @@ def _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=Fal
     if "pooled_output" not in outputs and pooled:
         outputs["pooled_output"] = FirstState(dtype=dtype, name="first_state")(outputs["sequence_output"])
     return outputs
-
-
-def build_pretrained_classifier(checkpoint, num_classes, model_config, dtype):
-    token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-    padding_mask = keras.Input(shape=(None,), dtype="bool", name="padding_mask")
-    outputs = _encode(checkpoint, token_ids, padding_mask, model_config, dtype, pooled=checkpoint.pooling == "cls")
-    if checkpoint.pooling == "mean":
-        pooled = MaskedMeanPooling(dtype="float32", name="pooling")(outputs["sequence_output"], padding_mask)
-    else:
-        pooled = outputs["pooled_output"]
-    head_dropout = Dropout(model_config.dropout, dtype="float32", name="head_dropout")
-    head_dropout = float32_island(head_dropout, "follows the float32 pooling; a cast back to half would only lose bits")
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")
-    logits = float32_island(logits, "logits feed a softmax and a cross-entropy, both unsafe in half precision")
-    inputs = {"token_ids": token_ids, "padding_mask": padding_mask}
-    return keras.Model(inputs, logits(head_dropout(pooled)), name="pretrained_classifier")
-
-
-def build_pretrained_tagger(checkpoint, num_tags, model_config, dtype, num_shapes, num_chars):
-    inputs = {
-        "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
-        "padding_mask": keras.Input(shape=(None,), dtype="bool", name="padding_mask"),
-        "shape_ids": keras.Input(shape=(None,), dtype="int32", name="shape_ids"),
-        "char_ids": keras.Input(shape=(None, None), dtype="int32", name="char_ids"),
-    }
-    states = _encode(checkpoint, inputs["token_ids"], inputs["padding_mask"], model_config, dtype)["sequence_output"]
-    shapes = keras.layers.Embedding(num_shapes, FEATURE_DIM, dtype=dtype, name="shape_embedding")(inputs["shape_ids"])
-    chars = CharWordEncoder(num_chars, FEATURE_DIM, dtype=dtype, name="char_encoder")(inputs["char_ids"])
-    features = keras.layers.Concatenate(dtype=dtype, name="word_features")([states, shapes, chars])
-    features = Dropout(model_config.dropout, dtype=dtype, name="head_dropout")(features)
-    logits = keras.layers.Dense(num_tags, dtype="float32", name="logits")
-    logits = float32_island(
-        logits, "per-token logits feed a softmax and a cross-entropy, both unsafe in half precision"
-    )
-    return keras.Model(inputs, logits(features), name="pretrained_tagger")
 
 
 def find_encoder(model):

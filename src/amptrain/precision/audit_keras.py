@@ -5,7 +5,7 @@ the same report as a config's (`precision/audit.py`).
     report = amptrain.audit(model, policy="mixed_float16", inputs={"token_ids": tf.TensorSpec((None, 128), tf.int32)})
 
 A builder is called with the policy the global Keras one, as `amptrain.Trainer` builds it
-(`tasks/keras_model.py`): a layer that then computes in float32 had float32 given to its
+(`tasks/keras_model/task.py`): a layer that then computes in float32 had float32 given to its
 constructor, so it is a float32 island its code declared (the classic recipe's
 `super().__init__(dtype="float32")`), and its row says so. A built model counts as built under
 the policy when the model itself has the policy (Keras gives it the global one); otherwise

@@ -264,8 +264,8 @@ def _drop_slow(trials, results, compiles, plan, tokens_per_step, progress):
     its first round's speed, is longer than under the best so far. The choice is by estimated
     run (`Measurement.run_seconds`), not by speed: on a short run a candidate at half the
     fastest's speed can still win on its cheaper compilation, and the run trains the winner's
-    trial (session 16: float32 at 32,529 tokens/s against float32+XLA's 77,410 was dropped for
-    its speed, then chose for a 6-step run, and the run had to build it again)."""
+    trial (were it kept by speed, a float32 at 32,529 tokens/s against float32+XLA's 77,410
+    would be dropped, then chosen for a 6-step run, and the run would build it again)."""
     if not trials:
         return
 

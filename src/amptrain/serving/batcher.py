@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-# The tagger's padded outputs (serving/ner.py), each cut to the request's largest count.
+# The tagger's padded outputs (tasks/ner/serving.py), each cut to the request's largest count.
 PADDED_BY = {
     "num_words": ("words", "word_starts", "word_ends", "tags"),
     "num_entities": ("entity_types", "entity_texts", "entity_starts", "entity_ends"),

@@ -19,16 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from amptrain.serving.tensors import BadRequest, parse_tensors
+
 INPUT = "text"  # the name of `serving_default`'s one input (classification, ner, translation)
 SIGNATURE = "serving_default"
-
-
-class BadRequest(ValueError):
-    """A request refused with a 4xx status (`status`) and a one-line reason."""
-
-    def __init__(self, message, status=400):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -66,8 +60,6 @@ def parse_predict(body, limits, id_signatures=None):
         if signature not in (id_signatures or {}):
             known = [SIGNATURE, *(id_signatures or {})]
             raise BadRequest(f"signature_name {signature!r} not found; this model has {known}")
-        from amptrain.serving.tensors import parse_tensors
-
         return PredictRequest(
             None, columnar, signature, parse_tensors(value, id_signatures[signature], columnar, limits)
         )

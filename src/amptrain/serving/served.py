@@ -14,6 +14,7 @@ import os
 from amptrain.errors import UserError
 
 SAVED_MODEL_FILE = "saved_model.pb"
+METADATA_FILE = os.path.join("assets.extra", "amptrain-export.json")  # TF Serving ignores assets.extra
 
 
 def find_export(path):
@@ -37,8 +38,6 @@ def find_export(path):
 
 def read_metadata(path):
     """The export's `assets.extra/amptrain-export.json` (task, labels, signatures)."""
-    from amptrain.serving import METADATA_FILE
-
     try:
         with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
             return json.load(f)
@@ -80,9 +79,11 @@ def serving_class(task, task_path=""):
     from amptrain import registry
 
     search = [task_path] if task_path else []
-    path = registry.task_class(task, search).serving_module
-    if path is None:
+    module_class = registry.task_class(task, search).serving_module
+    if module_class is None:
         raise UserError(
             f"task {task!r} has no serving module (its Task.serving_module is None), so it cannot be exported"
         )
-    return registry.import_object(path, search, what="serving module")
+    if isinstance(module_class, str):  # a user's task may still name it "module:Class"
+        return registry.import_object(module_class, search, what="serving module")
+    return module_class

@@ -13,9 +13,15 @@ sizes, all inputs with the same number of rows. These requests are not batched w
 
 import numpy as np
 
-from amptrain.serving.rest import BadRequest
-
 INT32 = np.iinfo(np.int32)
+
+
+class BadRequest(ValueError):
+    """A request refused with a 4xx status (`status`) and a one-line reason."""
+
+    def __init__(self, message, status=400):
+        super().__init__(message)
+        self.status = status
 
 
 def parse_tensors(value, specs, columnar, limits):

@@ -66,9 +66,8 @@ class Task(abc.ABC):
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
     accepts_pretrained = False  # may `model.pretrained` name an encoder for it
     reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
-    # The import path of its serving module (a `serving.modules.ServingModule` subclass taking
-    # (task, model)), which `amptrain export` builds; None: the task does not export. A path,
-    # not a class: serving sits above the tasks (docs/architecture.md, "Layers").
+    # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
+    # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None
 
     def with_config(self, config):

@@ -6,26 +6,11 @@ logits = model({"token_ids": ids, "padding_mask": mask})  # (batch, classes) flo
 """
 
 import keras
-from keras import ops
 
 from amptrain.models.dropout import Dropout
 from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
-
-
-@keras.saving.register_keras_serializable(package="amptrain")
-class MaskedMeanPooling(keras.layers.Layer):
-    """Mean of the states of real (unmasked) tokens."""
-
-    float32_reason = "a sum over up to max_length positions loses most of bf16's 8 bits"
-
-    def call(self, states, padding_mask):
-        # float32: a sum over up to max_length positions loses most of bf16's 8 bits.
-        states = ops.cast(states, "float32")
-        mask = ops.cast(padding_mask, "float32")[:, :, None]  # (batch, length, 1)
-        total = ops.sum(states * mask, axis=1)
-        count = ops.maximum(ops.sum(mask, axis=1), 1.0)  # padding rows have no tokens
-        return total / count  # (batch, hidden)
+from amptrain.models.pooling import MaskedMeanPooling
 
 
 def build_classifier(vocabulary_size, max_length, num_classes, model_config, dtype):

@@ -10,7 +10,7 @@ A line is `token<TAB>tag`, or (with no tab) whitespace-separated columns whose f
 the token and whose last is the tag (CoNLL-2003's `EU NNP B-NP B-ORG`). A line of nothing
 but whitespace ends a sentence, and so does a `-DOCSTART-` line (skipped). Tags are `O`,
 `B-TYPE` or `I-TYPE`: BIO (IOB1) and IOB2 both read correctly under the conlleval rule
-(`amptrain.metrics.spans`), where an `I-` that follows no `B-` or `I-` of its type starts
+(`amptrain.tasks.ner.spans`), where an `I-` that follows no `B-` or `I-` of its type starts
 an entity.
 """
 

@@ -1,6 +1,6 @@
 """The training step: N steps in one graph call, each step run on every replica.
 
-    trainer = Trainer(strategy, model, optimizer, loss_fn, loss_scale=None, jit_compile=True)
+    trainer = StepRunner(strategy, model, optimizer, loss_fn, loss_scale=None, jit_compile=True)
     # (engine.build.build_training builds one from a config, as `fit` and `bench` do)
     totals = trainer.train(iterator, num_steps=8)   # one graph call, up to 8 steps
     outputs = trainer.predict(dataset)              # list of numpy outputs, one per batch
@@ -63,7 +63,7 @@ class StepResult(NamedTuple):
     stop: object  # RUNNING, or why the call stops
 
 
-class Trainer:
+class StepRunner:
     def __init__(
         self,
         strategy,

@@ -8,9 +8,15 @@ alignment of words to pieces, each piece's word shape and case bucket, and its w
 Why each exists, and what it added on WNUT-17: docs/architecture.md, "Named-entity tagging".
 """
 
+import re
 import unicodedata
 
 import numpy as np
+
+# Words of a raw text given to `predict`: a URL, an @mention or #hashtag, a run of letters
+# and digits (with inner apostrophes, hyphens or dots: "don't", "e-mail", "U.S"), or any
+# other single character. (WNUT's own tokens split "it's" into "it" and "'s".)
+WORD = re.compile(r"https?://\S+|[@#]?\w+(?:['’.-]\w+)*|\S")
 
 SHAPES = ("lower", "title", "caps", "mixed", "number", "punctuation", "url", "mention", "hashtag")
 # 0: [CLS] and padding; then each shape at the sentence start or not (18 ids), times the 3

@@ -35,8 +35,8 @@ def load_config(run_dir, overrides=(), splits=()):
 
 def checkpoint_path(run_dir, which):
     """The prefix of the run's best (else latest) or latest intact checkpoint."""
-    from amptrain.engine.checkpoint_files import newest_intact
     from amptrain.engine.checkpoints import best_or_latest
+    from amptrain.engine.run_folder.checkpoint_files import newest_intact
 
     directory = os.path.join(run_dir, "checkpoints")
     path = best_or_latest(directory) if which == "best" else newest_intact(directory, purpose="the export")
@@ -49,8 +49,8 @@ def load_for_export(run_dir, which="best", precision="float32", overrides=(), ma
     """(task, model, checkpoint path): the run's task prepared from its folder alone (no
     data split read; `make_task(config, run_dir)` builds it, by default from the config)
     and its model built under `precision`'s policy with the weights of the `which` checkpoint."""
-    from amptrain.engine import learned_files
     from amptrain.engine.checkpoints import restore_model
+    from amptrain.engine.run_folder import learned_files
     from amptrain.tasks import create_task
 
     config = load_config(run_dir, overrides)

@@ -12,7 +12,7 @@ on its own; its class is the target at its first piece, its other pieces weigh 0
 piece also carries its word's shape and case bucket and its word's characters
 (`ner_features.py`). Truncation never splits a word: a sentence is cut before the first
 word whose pieces do not all fit into `data.max_length`; such words are counted, written
-to the predictions file and predicted `O`. Scores follow conlleval (`metrics/spans.py`).
+to the predictions file and predicted `O`. Scores follow conlleval (`tasks/ner/spans.py`).
 What each of these choices did to WNUT-17's entity F1: docs/architecture.md,
 "Named-entity tagging".
 """
@@ -20,28 +20,30 @@ What each of these choices did to WNUT-17's entity F1: docs/architecture.md,
 import json
 import logging
 import os
-import re
 from collections import Counter
 
 import numpy as np
 
-from amptrain.data import conll
 from amptrain.data.batching import round_up
 from amptrain.data.vocabulary import PAD_ID
-from amptrain.metrics import spans
 from amptrain.tasks.base import Split
-from amptrain.tasks.ner_features import CHARS_PER_WORD, NUM_CHARS, NUM_SHAPES, align, piece_chars, piece_shapes
+from amptrain.tasks.ner import conll, spans
+from amptrain.tasks.ner.features import (
+    CHARS_PER_WORD,
+    NUM_CHARS,
+    NUM_SHAPES,
+    WORD,
+    align,
+    piece_chars,
+    piece_shapes,
+)
+from amptrain.tasks.ner.serving import TaggerModule
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
 
 # TensorFlow is imported inside the methods that need it, so that a malformed data
 # file is reported (one line, path:line) before TensorFlow's start-up prints anything.
 
 logger = logging.getLogger("amptrain")
-
-# Words of a raw text given to `predict`: a URL, an @mention or #hashtag, a run of letters
-# and digits (with inner apostrophes, hyphens or dots: "don't", "e-mail", "U.S"), or any
-# other single character. (WNUT's own tokens split "it's" into "it" and "'s".)
-WORD = re.compile(r"https?://\S+|[@#]?\w+(?:['’.-]\w+)*|\S")
 
 
 LOWERCASE_WORDS_FILE = "lowercase-words.json"
@@ -80,7 +82,7 @@ class NerTask(TextTask):
     predictions_suffix = ".conll"
     formats = ("auto", "conll")
     accepts_pretrained = True
-    serving_module = "amptrain.serving.ner:TaggerModule"
+    serving_module = TaggerModule
 
     # === Data ===
 
@@ -192,11 +194,11 @@ class NerTask(TextTask):
     # === Model and loss ===
 
     def build_model(self, dtype):
-        from amptrain.models.tagger import build_tagger
+        from amptrain.tasks.ner.model import build_tagger
 
         d = self.config.data
         if self.checkpoint is not None:
-            from amptrain.models.pretrained import build_pretrained_tagger
+            from amptrain.tasks.ner.pretrained import build_pretrained_tagger
 
             return build_pretrained_tagger(
                 self.checkpoint, len(self.classes), self.config.model, dtype, NUM_SHAPES, NUM_CHARS

@@ -22,7 +22,7 @@ count (the engine divides by the global count): (1 - e) * -log p(gold) + e * mea
 vocabulary of -log p.
 
 Evaluation does not use the engine's teacher-forced `predict`: it decodes with the model's
-cached decoder (`models/decoding.py`). During training, dev is decoded greedily on its
+cached decoder (`tasks/translation/decoding.py`). During training, dev is decoded greedily on its
 first `decode.dev_sentences` pairs; the final test decodes every pair with beam search
 and with greedy search and writes the beam output to `predictions-test.tsv`. Under a
 distribution strategy the search runs outside the replicas, on the model's first copy of
@@ -39,19 +39,16 @@ from amptrain.data.batching import round_up
 from amptrain.data.parallel import read_parallel
 from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
 from amptrain.errors import UserError
-from amptrain.metrics.bleu import corpus_scores
 from amptrain.tasks.base import Split
 from amptrain.tasks.text import VOCABULARY_FILE, TextTask, token_counts
+from amptrain.tasks.translation.bleu import corpus_scores
+from amptrain.tasks.translation.detokenize import detokenize, until_end
+from amptrain.tasks.translation.serving import TranslatorModule
 
 logger = logging.getLogger("amptrain")
 
 START, END = CLS, SEP
 SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE = "vocab-source.txt", "vocab-target.txt"
-# Pieces a detokenised text joins to the word before (closing punctuation) or after
-# (opening punctuation, Spanish's inverted marks), and to both (apostrophes, hyphens).
-_JOIN_BEFORE = set(".,;:!?)]}»”’%")
-_JOIN_AFTER = set("([{«“¿¡")
-_JOIN_BOTH = set("'-")
 
 
 def pair_split(name, path, pairs, source_ids, target_ids, max_length, start_id, end_id):
@@ -86,7 +83,7 @@ class TranslationTask(TextTask):
     formats = ("auto", "tsv", "parallel")
     config_sections = {"decode": DecodeConfig}
     untrained_sections = ("decode",)  # how a run decodes does not change what it trains
-    serving_module = "amptrain.serving.translation:TranslatorModule"
+    serving_module = TranslatorModule
 
     @classmethod
     def check_config(cls, config):
@@ -235,7 +232,7 @@ class TranslationTask(TextTask):
     # === Model and loss ===
 
     def build_model(self, dtype):
-        from amptrain.models.translator import Translator
+        from amptrain.tasks.translation.model import Translator
 
         d = self.config.data
         return Translator(
@@ -257,7 +254,7 @@ class TranslationTask(TextTask):
     # === Decoding, evaluation and prediction ===
 
     def _search(self, model, beam_size):
-        from amptrain.models.decoding import Search
+        from amptrain.tasks.translation.decoding import Search
 
         key = (id(model), beam_size)
         if key not in self._searches:
@@ -302,7 +299,7 @@ class TranslationTask(TextTask):
                 )  # an empty source
                 pieces = search(ids, ids != PAD_ID)
                 for row, index in enumerate(chunk):
-                    outputs[index] = _until_end(pieces[row], self.end_id)
+                    outputs[index] = until_end(pieces[row], self.end_id)
         return outputs
 
     def translate(self, model, source_ids, beam_size):
@@ -363,27 +360,6 @@ class TranslationTask(TextTask):
         ):
             translations[i] = translation
         return [{"text": text, "translation": translation} for text, translation in zip(texts, translations)]
-
-
-def _until_end(pieces, end_id):
-    ends = np.flatnonzero(pieces == end_id)
-    pieces = pieces[: ends[0]] if len(ends) else pieces
-    return [int(p) for p in pieces if p != PAD_ID]
-
-
-def detokenize(pieces):
-    """WordPiece pieces back to text: `##` pieces join the piece before; punctuation joins
-    its word as written (closing marks the word before, opening ones the word after)."""
-    text = ""
-    join_next = True
-    for piece in pieces:
-        if piece.startswith("##"):
-            text += piece[2:]
-            continue
-        joins = join_next or piece in _JOIN_BEFORE or piece in _JOIN_BOTH
-        text += piece if joins else " " + piece
-        join_next = piece in _JOIN_AFTER or piece in _JOIN_BOTH
-    return text
 
 
 def write_predictions(path, pairs, hypotheses):

@@ -21,6 +21,7 @@ from amptrain.data.batching import round_up
 from amptrain.data.vocabulary import PAD_ID
 from amptrain.metrics.classification import classification_metrics
 from amptrain.tasks.base import Split
+from amptrain.tasks.classification.serving import ClassifierModule
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
 
 # TensorFlow is imported inside the methods that need it, so that a malformed data
@@ -61,7 +62,7 @@ class ClassificationTask(TextTask):
     primary_metric = "accuracy"
     formats = ("auto", "csv", "tsv", "jsonl")
     accepts_pretrained = True
-    serving_module = "amptrain.serving.classification:ClassifierModule"
+    serving_module = ClassifierModule
 
     @classmethod
     def check_config(cls, config):
@@ -150,11 +151,11 @@ class ClassificationTask(TextTask):
     # === Model and loss ===
 
     def build_model(self, dtype):
-        from amptrain.models.classifier import build_classifier
+        from amptrain.tasks.classification.model import build_classifier
 
         d = self.config.data
         if self.checkpoint is not None:
-            from amptrain.models.pretrained import build_pretrained_classifier
+            from amptrain.tasks.classification.pretrained import build_pretrained_classifier
 
             return build_pretrained_classifier(self.checkpoint, len(self.labels), self.config.model, dtype)
         return build_classifier(self.tokenizer.size, round_up(d.max_length), len(self.labels), self.config.model, dtype)

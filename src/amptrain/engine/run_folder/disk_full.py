@@ -38,7 +38,7 @@ def explain(error, run_dir):
     checkpoint of `run_dir`; removes the `_temp` folders a cut-short save left."""
     if not is_disk_full(error):
         return None
-    from amptrain.engine.checkpoint_files import newest_intact
+    from amptrain.engine.run_folder.checkpoint_files import newest_intact
 
     checkpoints = os.path.join(run_dir, "checkpoints")
     for directory in (checkpoints, os.path.join(checkpoints, "best")):

@@ -11,13 +11,13 @@ import numpy as np
 import tensorflow as tf
 from poisoned import batches, poisoned_model
 
-from amptrain.engine.trainer import Trainer
+from amptrain.engine.step_runner import StepRunner
 
 
 def predicted(strategy, jit_compile):
     with strategy.scope():
         model = poisoned_model()
-    trainer = Trainer(strategy, model, None, None, jit_compile=jit_compile)
+    trainer = StepRunner(strategy, model, None, None, jit_compile=jit_compile)
     outputs = trainer.predict(batches([[1, 1], [1, 1], [1, 1]]))
     return trainer, np.concatenate(outputs)
 

@@ -6,9 +6,9 @@
 
 As `TranslationTask.predict_texts`: the source pieces (the run's source vocabulary and
 casing) cut to `data.max_length`, padded to a multiple of 16 (at most the model's
-length), an empty source given one [UNK] piece; the run's search (`models/decoding.py`,
+length), an empty source given one [UNK] piece; the run's search (`tasks/translation/decoding.py`,
 `decode.beam_size` and `decode.length_penalty` of the run or of `--set` at export time);
-the pieces up to the end piece joined as `translation.detokenize` joins them (per-piece
+the pieces up to the end piece joined as `detokenize.detokenize` joins them (per-piece
 tables of its join rules, made at export time). A blank text (only whitespace, as
 `str.strip` sees it) translates to "".
 """
@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from amptrain.data.batching import round_up
 from amptrain.data.vocabulary import PAD_ID, UNK
-from amptrain.serving import unicode_tables as tables
+from amptrain.serving import unicode_classes as classes
 from amptrain.serving.modules import ServingModule
-from amptrain.tasks import translation
+from amptrain.tasks.translation import detokenize as rules
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -38,7 +38,7 @@ class TranslatorModule(ServingModule):
         self._max_length = task.config.data.max_length
         self._top = round_up(task.config.data.max_length)
         self._search = task._search(model, task.config.decode.beam_size)  # `predict`'s own search, same settings
-        self._blank = tables.character_class(r"\s") + "*"
+        self._blank = classes.character_class(r"\s") + "*"
         self.join_tables = join_tables(task.target_tokenizer.vocabulary)
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
         self.serve_ids = tf.function(self._serve_ids, input_signature=[IDS_SPEC])
@@ -83,13 +83,13 @@ class TranslatorModule(ServingModule):
 
 
 def join_tables(vocabulary):
-    """Per target piece id, `translation.detokenize`'s rules as constants: its text as
+    """Per target piece id, `detokenize.detokenize`'s rules as constants: its text as
     written ("text"), whether it is a `##` piece ("suffix"), whether it joins the word
     before: closing marks, apostrophes, hyphens ("before"), and whether the next piece
     joins it: opening marks, apostrophes, hyphens ("after")."""
     suffix = [p.startswith("##") for p in vocabulary]
-    before = translation._JOIN_BEFORE | translation._JOIN_BOTH
-    after = translation._JOIN_AFTER | translation._JOIN_BOTH
+    before = rules.JOIN_BEFORE | rules.JOIN_BOTH
+    after = rules.JOIN_AFTER | rules.JOIN_BOTH
     return {
         "text": tf.constant([p[2:] if s else p for p, s in zip(vocabulary, suffix)]),
         "suffix": tf.constant(suffix),
@@ -100,7 +100,7 @@ def join_tables(vocabulary):
 
 def detokenize_ids(target_ids, tables, end_id):
     """(batch,) strings: the pieces of each row before its first `end_id` (0s left out),
-    joined as `translation.detokenize` joins them."""
+    joined as `detokenize.detokenize` joins them."""
     before_end = tf.cumsum(tf.cast(target_ids == end_id, tf.int32), axis=1) == 0
     pieces = tf.ragged.boolean_mask(target_ids, before_end & (target_ids != PAD_ID))
     ids, rows = pieces.flat_values, pieces.value_rowids()

@@ -5,18 +5,18 @@
     logits = model({"token_ids": ids, "padding_mask": mask, "shape_ids": shapes, "char_ids": chars})
     # (batch, length, tags) float32
 
-`num_shapes` > 0 adds a `shape_ids` input (each piece's word shape, see tasks/ner.py),
+`num_shapes` > 0 adds a `shape_ids` input (each piece's word shape, see tasks/ner/task.py),
 embedded and added to the piece embeddings. `num_chars` > 0 adds a `char_ids` input
 (batch, length, characters a word): each piece's word spelled out, encoded into one vector
-by `models/chars.py` and added to the piece embeddings too.
+by `tasks/ner/chars.py` and added to the piece embeddings too.
 """
 
 import keras
 
-from amptrain.models.chars import CharWordEncoder
 from amptrain.models.dropout import Dropout
 from amptrain.models.encoder import encode
 from amptrain.models.islands import float32_island
+from amptrain.tasks.ner.chars import CharWordEncoder
 
 
 def build_tagger(vocabulary_size, max_length, num_tags, model_config, dtype, num_shapes=0, num_chars=0):

@@ -18,7 +18,8 @@ import numpy as np
 
 from amptrain.errors import UserError
 from amptrain.tasks.base import Task
-from amptrain.tasks.keras_scoring import check_loss, pick_accuracy
+from amptrain.tasks.keras_model.scoring import check_loss, pick_accuracy
+from amptrain.tasks.keras_model.serving import KerasModelModule
 
 DATA_FILE = "data.json"  # the training data's first batches' hash: a resume on other data is refused
 
@@ -38,7 +39,7 @@ class KerasModelTask(Task):
     higher_is_better = False
     predictions_suffix = ".npy"  # the test split's outputs, in order (padding rows left out)
     reads_files = False  # its data comes as datasets or arrays, not data.train
-    serving_module = "amptrain.serving.keras_model:KerasModelModule"
+    serving_module = KerasModelModule
 
     def __init__(self, config, run_dir, pieces=None):
         if pieces is None:
@@ -121,7 +122,7 @@ class KerasModelTask(Task):
         dimensions)."""
         import tensorflow as tf
 
-        from amptrain.tasks.keras_data import token_ids_of
+        from amptrain.tasks.keras_model.data import token_ids_of
 
         first = self.pieces.sources["train"].batches(self.rows).take(1).cache()
         features = next(iter(first))[0]

@@ -73,6 +73,11 @@ class OutputProjection(keras.layers.Layer):
             logits = ops.matmul(x, ops.cast(self.kernel, "float32"))
         return logits + ops.cast(self.bias, "float32")
 
+    def matmul_parameters(self):
+        """The weights multiplied once a token (`hardware/flops.py` counts them)."""
+        kernel = self.tied_embedding.embeddings if self.tied else self.kernel
+        return int(kernel.shape[0]) * int(kernel.shape[1])
+
     def get_config(self):
         return {**super().get_config(), "vocabulary_size": self.vocabulary_size, "tied": self.tied}
 
@@ -85,6 +90,8 @@ class Translator(keras.Model):
     `model_config`: the config's `model` section (or a dict of its fields, as in
     `get_config`); `dtype`: the policy its layers are built with (the model object itself
     keeps Keras's default policy, as it always has; its config's "dtype" is the layers')."""
+
+    encoder_decoder = True  # a token is half a source-target pair (`hardware/flops.py`)
 
     def __init__(
         self,

@@ -7,7 +7,7 @@
     module.serve_ids(token_ids, shape_ids, char_ids)   # {"logits", "probabilities"} a piece
 
 Everything `NerTask.predict_texts` does in Python is done here in the graph: the words
-(`ner.WORD` as an RE2 pattern with Python's own `\\w` and `\\S`), each word's pieces on its
+(`features.WORD` as an RE2 pattern with Python's own `\\w` and `\\S`), each word's pieces on its
 own (a word of no piece is one [UNK]), whole words kept while [CLS] and their pieces fit
 `data.max_length`, each piece's word shape, case bucket and characters (`ner_features`,
 with Python's character classes from `unicode_tables`), the tag of each word from its first
@@ -22,12 +22,12 @@ import functools
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from amptrain.data import conll
 from amptrain.data.vocabulary import PAD_ID
-from amptrain.serving import unicode_tables as tables
+from amptrain.serving import unicode_classes as classes
 from amptrain.serving.modules import ServingModule
-from amptrain.tasks.ner import WORD
-from amptrain.tasks.ner_features import CHARS_PER_WORD, SHAPES
+from amptrain.tasks.ner import character_table as tables
+from amptrain.tasks.ner import conll
+from amptrain.tasks.ner.features import CHARS_PER_WORD, SHAPES, WORD
 
 FILL_TEXT, FILL_OFFSET = "", -1
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -41,9 +41,9 @@ SHAPE = {name: i + 1 for i, name in enumerate(SHAPES)}  # `word_shape`'s ids, se
 
 @functools.cache
 def word_pattern():
-    """`ner.WORD` for RE2: its `\\w` and `\\S` replaced by Python's own classes."""
-    pattern = WORD.pattern.replace(r"\S", tables.negated_class(r"\s")).replace(r"\w", tables.character_class(r"\w"))
-    assert "\\" not in pattern.replace("\\x{", ""), "ner.WORD has an escape this translation does not know"
+    """`features.WORD` for RE2: its `\\w` and `\\S` replaced by Python's own classes."""
+    pattern = WORD.pattern.replace(r"\S", classes.negated_class(r"\s")).replace(r"\w", classes.character_class(r"\w"))
+    assert "\\" not in pattern.replace("\\x{", ""), "features.WORD has an escape this translation does not know"
     return pattern
 
 
@@ -60,7 +60,7 @@ class TaggerModule(ServingModule):
         self._outside = task.classes.index(conll.OUTSIDE)
         starts, values = tables.character_table()
         self.table_starts, self.table_values = tf.constant(starts, tf.int32), tf.constant(values, tf.int32)
-        keys, lowered = tables.lowercase_map()
+        keys, lowered = classes.lowercase_map()
         self.lowercase = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.int32), tf.constant(lowered)), ""
         )
@@ -267,10 +267,10 @@ class TaggerModule(ServingModule):
 
 
 def split_words(text):
-    """`ner.WORD`'s matches in each text: (words, character starts, character ends), each
+    """`features.WORD`'s matches in each text: (words, character starts, character ends), each
     ragged (batch, words), offsets in code points, ends exclusive (as `re.finditer` gives)."""
     word = word_pattern()
-    space_run = tables.character_class(r"\s") + "+"
+    space_run = classes.character_class(r"\s") + "+"
     words, begins, ends = tf_text.regex_split_with_offsets(text, f"{word}|{space_run}", word)
     _, char_bytes = tf.strings.unicode_decode_with_offsets(text, "UTF-8")
     # A byte offset -> the index of the character starting there (the text's end: its length).

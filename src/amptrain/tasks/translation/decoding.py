@@ -46,7 +46,7 @@ class Search:
 
     def ops(self, source_ids, source_mask):
         """The search as TensorFlow ops on tensors: (batch, max_length) int32 pieces. An
-        export (`amptrain.serving.translation`) calls this inside the graph it saves."""
+        export (`amptrain.tasks.translation.serving`) calls this inside the graph it saves."""
         return self._greedy(source_ids, source_mask) if self.beam_size == 1 else self._beam(source_ids, source_mask)
 
     def _log_probabilities(self, token_ids, index, state):
