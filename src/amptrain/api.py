@@ -73,7 +73,7 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     sanity.warn_about_config(config)
     task = (make_task or create_task)(config, run_dir)
     learned_files.check(run_dir)  # a resume trains on with the files its checkpoints index
-    placement, choice = _prepare(config, task, cluster, run_dir)
+    placement, choice, winner = _prepare(config, task, cluster, run_dir)
     if cluster.is_chief:
         learned_files.record(run_dir, learned_files.names(task))
     logger.info(probe.summary(choice))
@@ -83,11 +83,11 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
 
     try:
         if not config.runtime.check_numerics:
-            test_metrics = _train(task, config, run_dir, write_dir, cluster, placement, choice)
+            test_metrics = _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
         else:
             try:
                 checked = check_numerics.enable(config, xla_asked)
-                test_metrics = _train(task, checked, run_dir, write_dir, cluster, placement, choice)
+                test_metrics = _train(task, checked, run_dir, write_dir, cluster, placement, choice, winner)
             finally:
                 # Process-wide for this thread: a later fit in the same process must not inherit it.
                 check_numerics.disable()
@@ -109,9 +109,9 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
 
 def _prepare(config, task, cluster, run_dir):
     """Reads the data, learns (or reads) the vocabulary, chooses the strategy and decides
-    the precision (`precision.probe`). Returns (placement, precision decision)."""
+    the precision (`engine.precision_decision`). Returns (placement, precision decision,
+    the probe's winner to train or None)."""
     from amptrain import distribute
-    from amptrain.engine.probe_run import decide_for_run
 
     distribute.configure_devices(config.runtime)
     if cluster.is_multi_worker:
@@ -126,19 +126,30 @@ def _prepare(config, task, cluster, run_dir):
             import tensorflow as tf
 
             task.prepare()
-            choice = decide_for_run(config, task, tf.distribute.get_strategy(), run_dir)
+            choice, winner = _decide_precision(config, task, tf.distribute.get_strategy(), run_dir)
         distribute.barrier(placement.strategy)
         if not cluster.is_chief:
             task.prepare()
-            choice = _chiefs_choice(run_dir)
+            choice, winner = _chiefs_choice(run_dir), None
         distribute.check_split(config, placement.strategy, task)
     else:
         placement = distribute.select_strategy(config.runtime, cluster)
         distribute.check_split(config, placement.strategy)  # before the data is read and the vocabulary learned
         task.prepare()  # reads and checks the data: a bad row stops the run here
         distribute.check_split(config, placement.strategy, task)
-        choice = decide_for_run(config, task, placement.strategy, run_dir)
-    return placement, choice
+        choice, winner = _decide_precision(config, task, placement.strategy, run_dir)
+    return placement, choice, winner
+
+
+def _decide_precision(config, task, strategy, run_dir):
+    """The precision decision, made once (the run folder's on resume), written to the run folder."""
+    from amptrain.engine.precision_decision import decide_precision
+    from amptrain.precision import probe
+
+    path = os.path.join(run_dir, probe.RECORD_FILE)
+    choice, winner = decide_precision(task, config, probe.ProbeCache(), strategy, recorded=probe.read_record(path))
+    probe.write_record(path, choice)
+    return choice, winner
 
 
 def _chiefs_choice(run_dir):
@@ -153,15 +164,15 @@ def _chiefs_choice(run_dir):
     return record
 
 
-def _train(task, config, run_dir, write_dir, cluster, placement, choice):
+def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner):
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
     from amptrain.engine.loop import Job, run_training
-    from amptrain.engine.probe_run import model_for_run
+    from amptrain.engine.precision_decision import model_for_run
     from amptrain.precision import check_numerics
 
-    model, policy, parts = model_for_run(task, placement.strategy, choice)  # the probe's winner, or built afresh
+    model, policy, parts = model_for_run(task, placement.strategy, choice, winner)  # the probe's winner, or afresh
     reason = choice.reason
     job = Job(
         model=model,

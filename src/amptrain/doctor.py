@@ -61,12 +61,12 @@ ONLY_ONE = "the only candidate: a run measures nothing, it has nothing to compar
 
 def probe_config(path, overrides=()):
     """What `precision.policy = "auto"` measures for the run the config at `path` plans
-    (`engine/probe_run.py`, within the same budget, without the cache): each candidate's
+    (`engine/probe_trials.py`, within the same budget, without the cache): each candidate's
     tokens/s (or why it was not built), the choice, what the probe cost and what it
     expects to save against the hardware rule."""
     from amptrain import config as config_lib
     from amptrain import distribute
-    from amptrain.engine.probe_run import measure_candidates, release
+    from amptrain.engine.probe_trials import measure_candidates, release
     from amptrain.precision import probe
     from amptrain.tasks import prepared_in_scratch
 

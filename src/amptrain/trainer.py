@@ -169,7 +169,7 @@ class Trainer:
 
     def _resolved(self):
         """The config the run takes. `auto` is measured on your model by the precision probe
-        (`engine/probe_run.py`), which builds each candidate afresh from a builder; a built
+        (`engine/probe_trials.py`), which builds each candidate afresh from a builder; a built
         model cannot be rebuilt, so its `runtime.jit_compile = "auto"` takes the hardware
         rule (said in the log)."""
         import dataclasses

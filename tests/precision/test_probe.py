@@ -1,6 +1,6 @@
-"""`auto` precision and XLA by measuring (`precision/probe.py`): every branch of the choice
-with a fake measurement, the cache and the run-folder record; once for real on a tiny
-model (`engine/probe_run.py`)."""
+"""`auto` precision and XLA by measuring (`engine/precision_decision.py` over
+`precision/probe.py`): every branch of the choice with a fake measurement, the cache and
+the run-folder record; once for real on a tiny model (`engine/probe_trials.py`)."""
 
 import dataclasses
 import json
@@ -9,6 +9,7 @@ import os
 import pytest
 
 from amptrain import config as config_lib
+from amptrain.engine.precision_decision import decide_precision
 from amptrain.precision import measurement, probe
 from amptrain.precision.probe import Candidate, Hardware
 
@@ -110,9 +111,28 @@ def test_xla_must_pay_for_its_compilations_within_the_run():
     assert probe.Measurement.from_json(json.loads(json.dumps(measured.to_json()))) == measured
 
 
+class FakeTask:
+    """What the decision asks of a task: its training batches' shape, and an epoch of `steps`."""
+
+    def __init__(self, steps):
+        self.steps_per_epoch = steps
+
+    def probe_batches(self):
+        return None, (32, 128)
+
+    def probe_identity(self):
+        return None
+
+
 def decide(cfg, measure, steps=1000, hardware=AMX, recorded=None):
-    return probe.decide(cfg, hardware, steps, lambda found: probe.cache_key(hardware, cfg, (32, 128), found),
-                        measure, recorded)  # fmt: skip
+    """The decision of a run of `steps` steps (one epoch) on `hardware`, `measure` standing
+    for the trials; the cache is $AMPTRAIN_CACHE_DIR's, as a run's."""
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=None, epochs=1))
+    decision, winner = decide_precision(
+        FakeTask(steps), cfg, probe.ProbeCache(), None, recorded, hardware, lambda plan: (measure(plan), {})
+    )
+    assert winner is None  # nothing to keep from a fake
+    return decision
 
 
 def test_measured_once_then_cached_then_reused_from_the_run_folder(tmp_path, monkeypatch):

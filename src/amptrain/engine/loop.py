@@ -71,7 +71,7 @@ class Job:
     learning_rates: Callable = None
     higher_is_better: bool = True  # of primary_metric (a loss is lower-is-better)
     # The model's training parts when already built (`engine.build.TrainingParts`: the
-    # precision probe's winner, `engine/probe_run.py`), else built here.
+    # precision probe's winner, `engine/precision_decision.py`), else built here.
     parts: object = None
 
 

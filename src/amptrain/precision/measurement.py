@@ -6,12 +6,12 @@ order, for how many rounds, and what it found (`Measurement`, cached as it is).
     measured.results       # {Candidate: [tokens/s of each round] or "error text"}
     measured.not_tried     # {Candidate: why it was not built}
 
-`prepare` builds, compiles and warms up a candidate (`engine/probe_run.py` does it for
+`prepare` builds, compiles and warms up a candidate (`engine/probe_trials.py` does it for
 real; the tests pass fakes with a fake clock). The budget: the probe spends at most
 `SHARE` of the run it decides for, estimated from the first candidate's speed and the
 planned steps, and at least `FLOOR_SECONDS`; it counts from the first candidate ready,
 since that one is the rule's choice, which the run would build and compile anyway
-(`probe_run` hands it to the run when it wins). A candidate is not built when the
+(`engine/precision_decision.py` hands it to the run when it wins). A candidate is not built when the
 budget cannot cover it, or when the timings so far make it hopeless (`Budget.verdict`).
 """
 

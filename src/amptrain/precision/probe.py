@@ -5,20 +5,17 @@ bf16 without XLA is the fastest and bf16 with XLA the slowest (XLA:CPU lowers bf
 products to float32 there); on a CPU without bf16 units half precision is emulated. So a
 run whose policy or `jit_compile` is "auto" times a few compiled steps of its own model on
 its own dominant batch shape under each candidate and trains with the shortest estimated
-run. The decision, read top to bottom:
+run. This module holds the decision's parts, none of which builds a model:
 
-    decision = decide(config, hardware, planned_steps, key_fn, measure, recorded)
-      1. the run folder's (`precision.json`, on resume), else
-      2. named: one candidate is left (`candidates.candidates`), else
-      3. the cache (`cache_dir()`, per machine, model and batch shape), else
-      4. `measure(plan)` (`measurement.measure` over `engine/probe_run.py`'s trials): the
-         rule's choice first, the others while the budget (10% of the run) covers them;
-         a run too short to repay another candidate keeps the rule's
-      -> `conclude`: the shortest estimated run (`choose`, the tie rule), what the probe
-         cost and what it expects to save against the hardware rule.
+    plan, base = plan_for(config, hardware, planned_steps)   # a named Decision, or what to measure
+    key = cache_key(hardware, config, batch_shape, plan.found)
+    ProbeCache().read(key)                                   # a Measurement that covers the run, or None
+    decision = conclude(plan, measured, "measured", base, key, path)
 
-A `Decision` is what `api` trains with (`apply`), the run folder keeps and the run record
-carries (`to_json`).
+`engine/precision_decision.decide_precision` puts them together, once a run, with the
+trials it builds (the rule's choice first, the others while the budget, 10% of the run,
+covers them; a run too short to repay another candidate keeps the rule's). A `Decision` is
+what `api` trains with (`apply`), the run folder keeps and the run record carries (`to_json`).
 """
 
 import dataclasses
@@ -64,9 +61,6 @@ class Decision:
     expected_saving_seconds: float | None = None
     key: str | None = None
     cache: str | None = None
-    # The winner's model and training parts, trained back to their initial state, for the
-    # run to start from (`engine/probe_run.model_for_run`); never saved.
-    built: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "jit_compile", jit_mode(self.jit_compile))
@@ -99,31 +93,12 @@ class Decision:
     @classmethod
     def from_json(cls, data):
         measured = Measurement.from_json(data) if data.get("candidates") else None
-        fields = {f.name for f in dataclasses.fields(cls)} - {"measurement", "built"}
+        fields = {f.name for f in dataclasses.fields(cls)} - {"measurement"}
         return cls(**{k: v for k, v in data.items() if k in fields}, measurement=measured)
 
 
 def _round1(value):
     return None if value is None else round(value, 1)
-
-
-def decide(config, hardware, planned_steps, key_fn, measure, recorded=None):
-    """The `Decision` for a run of `planned_steps` steps (see the module docstring).
-    `key_fn(found)` -> the cache key (it needs the batch shape, so it is only computed
-    when needed); `measure(plan)` -> a new `Measurement`, then cached."""
-    if recorded is not None:
-        return dataclasses.replace(recorded, source="run folder")
-    plan, base = plan_for(config, hardware, planned_steps)
-    if isinstance(plan, Decision):
-        return plan
-    key = key_fn(plan.found)
-    path = os.path.join(cache_dir(), "probe", f"{key}.json")
-    measured = _read_measurement(path)
-    if measured is not None and measured.covers(planned_steps):
-        return conclude(plan, measured, "cache", base, key, path)
-    measured = measure(plan)
-    write_record(path, {"key": key, **measured.to_json()})
-    return conclude(plan, measured, "measured", base, key, path)
 
 
 def plan_for(config, hardware, planned_steps):
@@ -163,14 +138,6 @@ def conclude(plan, measured, source, base, key, path):
         probe_seconds=measured.seconds if source in ("measured", "rule") else 0.0,
         expected_saving_seconds=saving, key=key, cache=path,
     )  # fmt: skip
-
-
-def _read_measurement(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return Measurement.from_json(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def choose(results, order=None, estimate=None):
@@ -225,6 +192,29 @@ def cache_key(hardware, config, batch_shape, found, model_identity=None):
     if model_identity is not None:
         what["model_identity"] = model_identity
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ProbeCache:
+    """Measurements by cache key, one JSON file a key under `directory` (default:
+    `cache_dir()/probe`, per user): a second run of the same model on the same machine
+    decides without measuring."""
+
+    def __init__(self, directory=None):
+        self.directory = directory or os.path.join(cache_dir(), "probe")
+
+    def path(self, key):
+        return os.path.join(self.directory, f"{key}.json")
+
+    def read(self, key):
+        """The `Measurement` cached under `key`, or None (none, or unreadable)."""
+        try:
+            with open(self.path(key), encoding="utf-8") as f:
+                return Measurement.from_json(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, key, measured):
+        write_record(self.path(key), {"key": key, **measured.to_json()})
 
 
 def cache_dir():

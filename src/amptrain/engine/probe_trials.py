@@ -1,26 +1,21 @@
-"""The precision probe, for real: each candidate's model and training parts built the way
+"""The precision probe's trials: each candidate's model and training parts built the way
 `amptrain fit` builds them (`engine.build`), compiled and timed on the task's probe batch
-(`Task.probe_batches`), and the winner handed to the run.
+(`Task.probe_batches`).
 
-    decision = decide_for_run(config, task, strategy, run_dir)   # a precision.probe.Decision
-    model, policy, parts = model_for_run(task, strategy, decision)
+    measured, trials = measure_candidates(task, config, strategy, plan)   # {Candidate: Trial}
+    release(trials.values())                                             # their memory back to the system
 
-`precision/probe.py` decides (cache, rule, tie) and `precision/measurement.py` schedules
-(order, budget, rounds); this module builds a `Trial` a candidate. A trial is built with
-the run's seed and planned steps, and its state (weights, dropout seeds, optimizer slots,
-counters, loss scale, weight average) is put back to what it was before its first step
-once it has won: the run then starts from it exactly as from a fresh build, without
-building and compiling again. The others are deleted and their memory returned to the
-system (`release`). Not kept: under check-numerics (the checks are added when a step is
-traced), and when the probe ran under another strategy than the run (the chief of several
-workers measures on its own device).
+`precision/measurement.py` schedules them (order, budget, rounds); `precision_decision.py`
+decides with what they measured. A trial is built with the run's seed and planned steps,
+and its state (weights, dropout seeds, optimizer slots, counters, loss scale, weight
+average) can be put back to what it was before its first step (`rewind`): the winner then
+starts the run exactly as a fresh build would, without building and compiling again.
 """
 
 import dataclasses
 import gc
 import hashlib
 import logging
-import os
 import time
 
 from amptrain.precision import probe
@@ -133,8 +128,9 @@ class InitialState:
         return self.saved
 
 
-class Built:
-    """The winner, rewound, until the run takes it (`model_for_run`)."""
+class Winner:
+    """The probe's winning trial, rewound to its initial state, until the run takes it
+    (`precision_decision.model_for_run`)."""
 
     def __init__(self, trial):
         self.model, self.parts, self.strategy = trial.model, trial.parts, trial.strategy
@@ -187,52 +183,3 @@ def release(trials=(), fresh_names=False):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: the memory is free for the process all the same
         pass
-
-
-def decide_for_run(config, task, strategy, run_dir, write=True):
-    """The run's `precision.probe.Decision`: the run folder's on resume, else named, cached
-    or measured here under `strategy`, the winner kept for the run; written to the run
-    folder's `precision.json` when `write` (the chief)."""
-    path = os.path.join(run_dir, probe.RECORD_FILE)
-    hardware = probe.Hardware.detect()
-    planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
-    trials = {}
-
-    def measure_here(plan):
-        measured, built = measure_candidates(task, config, strategy, plan)
-        trials.update(built)
-        return measured
-
-    decision = probe.decide(
-        config,
-        hardware,
-        planned,
-        key_fn=lambda found: probe.cache_key(hardware, config, task.probe_batches()[1], found, task.probe_identity()),
-        measure=measure_here,
-        recorded=probe.read_record(path),
-    )
-    winner = trials.pop(decision.candidate, None)
-    keep = winner is not None and not config.runtime.check_numerics and winner.rewind()
-    if trials or winner is not None:  # something was built here
-        dropped = [*trials.values(), *([winner] if winner is not None and not keep else [])]
-        release(dropped, fresh_names=not keep)
-    if keep:
-        decision = dataclasses.replace(decision, built=Built(winner))
-        winner.release()  # and with it the copy of its initial state: its variables hold it now
-        release()
-    if write:
-        probe.write_record(path, decision)
-    return decision
-
-
-def model_for_run(task, strategy, decision):
-    """(model, policy, training parts or None): the probe's winner if it was kept for
-    `strategy`, else the model built afresh from the run's seed (`engine.build.seed`)."""
-    from amptrain.engine.build import seed
-
-    kept = decision.built.take(strategy) if decision.built is not None else None
-    if kept is not None:
-        return kept[0], decision.policy, kept[1]
-    seed(task.config.runtime)
-    model, policy, _ = task.create_model(strategy)
-    return model, policy, None
