@@ -150,3 +150,21 @@ def test_what_is_not_a_model_is_one_line():
         amptrain.audit(3, policy="float32")
     with pytest.raises(UserError, match="overrides are a config's"):
         amptrain.audit(classic, ["train.steps=2"], policy="float32")
+
+
+def test_the_commonest_model_with_default_names_has_no_risk_that_is_not_there():
+    """Dense(8) then a float32 Dense(2), Keras's own names: the second runs in float32. Its
+    ops once traced under the first's name scope (TensorFlow makes a graph's scopes unique:
+    `dense` under `dense_1`) and it was reported as a float32 island fed float16."""
+
+    def build(policy):
+        inputs = keras.Input((8,))
+        hidden = keras.layers.Dense(8, dtype=policy)(inputs)
+        return keras.Model(inputs, keras.layers.Dense(2, dtype="float32")(hidden))
+
+    report = amptrain.audit(build, policy="mixed_float16")
+    assert found(report) == set()
+    rows = {row["path"]: row for row in report["rows"]}
+    first, second = (rows[name] for name in sorted(rows))
+    assert first["compute_dtype"] == "float16" and set(first["float32_ops"]) == set()
+    assert second["island"] and set(second["float32_ops"]) == {"MatMul", "BiasAdd"}

@@ -64,7 +64,7 @@ def audit_model(
     """
     compute = keras.DTypePolicy(policy).compute_dtype
     layers = layer_tree(model)
-    graph, outputs, losses = trace(model, inputs, loss_fn, targets)
+    graph, outputs, losses = trace(model, inputs, loss_fn, targets, layers)
     locate = locator(model, layers)
     reasons = island_reasons(layers, compute, built_under_policy)
     float32_ops = float32_op_types(graph, locate) if compute in HALF else {}

@@ -3,14 +3,18 @@ one training-mode trace of the model and the loss on its outputs, and the layer 
 op of that graph ran in.
 
     layers = layer_tree(model)                       # {"block_0/attention": layer, ...}
-    graph, outputs, losses = trace(model, inputs, loss_fn, targets)
+    graph, outputs, losses = trace(model, inputs, loss_fn, targets, layers)
     locate = locator(model, layers)
     locate(op.name)                                  # "block_0/attention", the model's name or "loss"
 
-An op is mapped to a layer by the name scopes it ran in, not by the layer's class or
-name, so what is found is what runs.
+An op is mapped to the layer object whose call it ran in, so what is found is what runs.
+Not by the layer's name: TensorFlow makes the name scopes of a graph unique, so a layer
+named `dense` may trace under `dense_1`, the scope of its neighbour's name. While the trace
+runs, each layer's `call` runs inside a scope of its own, `audit.N.` (N: its place in
+`layers`), and the deepest such scope in an op's name is its layer.
 """
 
+import contextlib
 import re
 
 import keras
@@ -50,8 +54,9 @@ def own_weights(layer):
     return [v for v in layer.weights if id(v) not in nested]
 
 
-def trace(model, inputs, loss_fn, targets):
-    """Traces (does not run) a training-mode forward pass and the loss on its outputs."""
+def trace(model, inputs, loss_fn, targets, layers=None):
+    """Traces (does not run) a training-mode forward pass and the loss on its outputs, each
+    layer of `layers` (`layer_tree`) marked with its own scope."""
     inputs = _dummy(inputs if inputs is not None else _input_specs(model))
     targets = _dummy(targets) if loss_fn is not None else None
 
@@ -63,9 +68,42 @@ def trace(model, inputs, loss_fn, targets):
         with tf.name_scope(LOSS_SCOPE):
             return outputs, loss_fn(targets, outputs)
 
-    concrete = forward.get_concrete_function(inputs, targets)
+    with _marked(layers or {}):
+        concrete = forward.get_concrete_function(inputs, targets)
     outputs, losses = concrete.structured_outputs
     return concrete.graph, tf.nest.flatten(outputs), tf.nest.flatten(losses)
+
+
+MARK = re.compile(r"audit\.(\d+)\.(?:_\d+)?")  # a second call's scope gets a `_N` suffix
+
+
+@contextlib.contextmanager
+def _marked(layers):
+    """Each layer's `call` run inside the name scope `audit.N.` while the trace is made (an
+    attribute of the layer object, removed after)."""
+    marked = []
+    try:
+        for index, layer in enumerate(_unique(layers)):
+            call = layer.call
+
+            def scoped(*args, _call=call, _scope=f"audit.{index}.", **kwargs):
+                with tf.name_scope(_scope):
+                    return _call(*args, **kwargs)
+
+            layer.__dict__["call"] = scoped  # past Keras's attribute tracking; the class's call stays
+            marked.append(layer)
+        yield
+    finally:
+        for layer in marked:
+            layer.__dict__.pop("call", None)
+
+
+def _unique(layers):
+    """The layer objects of `layers`, each once (a shared layer has several paths), in order."""
+    seen = {}
+    for layer in layers.values():
+        seen.setdefault(id(layer), layer)
+    return list(seen.values())
 
 
 def _input_specs(model):
@@ -82,27 +120,19 @@ def _dummy(specs):
 
 
 def locator(model, layers):
-    """op name -> path of the deepest layer whose name scope the op ran in (the model's
-    name for its own ops, "loss" for the loss's)."""
-    by_parent = {}
+    """op name -> path of the layer whose call the op ran in, the deepest (the model's name
+    for its own ops, "loss" for the loss's), from the `audit.N.` scopes `trace` marked."""
+    first_path = {}
     for path, layer in layers.items():
-        by_parent.setdefault(path.rpartition("/")[0], []).append((layer.name, path))
+        first_path.setdefault(id(layer), path)
+    paths = [first_path[id(layer)] for layer in _unique(layers)]
 
     def locate(op_name):
         scopes = op_name.split("/")[:-1]
         if scopes and _scope_of(LOSS_SCOPE, scopes[0]):
             return LOSS_SCOPE
-        if not scopes or not _scope_of(model.name, scopes[0]):
-            return model.name
-        path = ""
-        for scope in scopes[1:]:
-            # A name first, then a name with the `_N` suffix of a second call or trace.
-            match = [p for name, p in by_parent.get(path, ()) if name == scope]
-            match = match or [p for name, p in by_parent.get(path, ()) if _scope_of(name, scope)]
-            if not match:
-                break
-            path = match[0]
-        return path or model.name
+        marks = [int(m.group(1)) for scope in scopes if (m := MARK.fullmatch(scope))]
+        return paths[marks[-1]] if marks else model.name
 
     return locate
 
