@@ -29,3 +29,13 @@ def test_a_run_folder_of_an_older_amptrain_predicts_as_it_did(task, tmp_path):
     run = shutil.copytree(OLD_RUNS / task, tmp_path / task)  # predicting may write beside the run
     found = api.predict(str(run), EXPECTED["texts"][task])
     assert close(found, EXPECTED["predictions"][task]), (found, EXPECTED["predictions"][task])
+
+
+@pytest.mark.parametrize("task", ["classification", "ner", "translation"])
+def test_a_nul_character_is_read_as_a_space_not_as_the_end_of_the_text(task, tmp_path):
+    """TensorFlow's UTF-8 string ops end a text at a NUL: "a\\0<a spam mail>" scored as "a"."""
+    run = shutil.copytree(OLD_RUNS / task, tmp_path / task)
+    text = EXPECTED["texts"][task][0]
+    with_nul, with_space, cut = api.predict(str(run), ["a\0" + text, "a " + text, "a"])
+    assert {**with_nul, "text": None} == {**with_space, "text": None} != {**cut, "text": None}
+    assert with_nul["text"] == "a\0" + text

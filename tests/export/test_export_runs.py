@@ -54,7 +54,9 @@ def classifier(tmp_path_factory, spam_rows):
     run = shared_run(
         "export-classifier", folder / "run", lambda to: amptrain.fit(str(folder / "tiny.toml"), FLOAT32, run_dir=to)
     )
-    return run, [row[0] for row in spam_rows[200:216]] + ["WIN a FREE cruise, click now", "", "ok"]
+    # "a\0...": a NUL read as a space, not as the end of the text
+    texts = [row[0] for row in spam_rows[200:216]] + ["WIN a FREE cruise, click now", "", "ok"]
+    return run, [*texts, "a\0WIN a FREE cruise, click now", "\0"]
 
 
 def test_the_classifier_export_stands_alone_and_equals_predict(classifier):
@@ -142,6 +144,7 @@ def tagger(tiny_ner):
     sentences = (tiny_ner / "train.conll").read_text(encoding="utf-8").split("\n\n")
     texts = [" ".join(line.split("\t")[0] for line in s.split("\n") if line) for s in sentences if s.strip()]
     texts += ["@john_doe went to New York with #Obama: https://t.co/xyz!!", "", "  ", "Café MÜNCHEN İstanbul 😀 ¿Qué?"]
+    texts += ["I\0met John in New York", "\0\0"]  # a NUL read as a space, offsets kept
     return tiny_ner / "run", texts
 
 
@@ -182,7 +185,8 @@ def translator(tiny_translation):
     config, overrides = str(tiny_translation / "tiny.toml"), FLOAT32 + ["train.steps=16"]
     shared_run("export-translator", tiny_translation / "run", lambda to: amptrain.fit(config, overrides, run_dir=to))
     lines = (tiny_translation / "train.tsv").read_text(encoding="utf-8").split("\n")
-    return tiny_translation / "run", [line.split("\t")[0] for line in lines[:12]] + ["", "  ", "¿Qué? (sí)"]
+    texts = [line.split("\t")[0] for line in lines[:12]] + ["", "  ", "¿Qué? (sí)", "a\0house", "\0"]
+    return tiny_translation / "run", texts
 
 
 def test_the_translator_export_stands_alone_and_equals_predict(translator):

@@ -212,6 +212,7 @@ class WordPiece:
     def _lowered_tokenize(self, texts):
         import tensorflow as tf
 
+        texts = nul_as_space(texts)
         return self._tokenizer.tokenize(tf.strings.lower(texts, encoding="utf-8") if self._lowercase else texts)
 
     @property
@@ -257,6 +258,20 @@ class WordPiece:
             lengths = ragged.row_lengths().numpy()
             result.extend(np.split(flat, np.cumsum(lengths)[:-1]))
         return result
+
+
+def nul_as_space(texts):
+    """A string tensor with each NUL character a space. TensorFlow's UTF-8 string ops
+    (`tf.strings.lower`, TensorFlow Text's regex split) end a text at its first NUL, so
+    "a\\0<a spam mail>" was read as "a". A space, not nothing (BERT's normaliser drops NUL):
+    every other character keeps its place, so the tagger's character offsets hold; Python's
+    side of the same text says `NUL_AS_SPACE`."""
+    import tensorflow as tf
+
+    return tf.strings.regex_replace(texts, r"\x00", " ")
+
+
+NUL_AS_SPACE = str.maketrans({"\0": " "})  # `text.translate(NUL_AS_SPACE)`: `nul_as_space` in Python
 
 
 @functools.lru_cache(maxsize=8)

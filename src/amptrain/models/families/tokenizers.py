@@ -21,6 +21,8 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from amptrain.data.vocabulary import nul_as_space
+
 
 def swapped(ids, pad_id):
     """`ids` with 0 and `pad_id` exchanged (numpy or TensorFlow)."""
@@ -59,7 +61,7 @@ class _Pieces(tf.Module):
         return int(swapped(np.array(self._index[token]), self.pad_id))
 
     def graph_tokenize(self, texts):
-        ids = tf.cast(self._tokenize(texts), tf.int32)
+        ids = tf.cast(self._tokenize(nul_as_space(texts)), tf.int32)
         return ids.with_flat_values(swapped(ids.flat_values, self.pad_id))
 
     def graph_tokenize_words(self, words):

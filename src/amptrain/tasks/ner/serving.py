@@ -22,7 +22,7 @@ import functools
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from amptrain.data.vocabulary import PAD_ID
+from amptrain.data.vocabulary import PAD_ID, nul_as_space
 from amptrain.serving import unicode_classes as classes
 from amptrain.serving.modules import ServingModule
 from amptrain.tasks.ner import character_table as tables
@@ -204,7 +204,7 @@ class TaggerModule(ServingModule):
         return tf.where(kept, tf.argmax(at_first, axis=-1, output_type=tf.int32), self._outside)
 
     def _serve(self, text):
-        words, starts, ends = split_words(text)
+        words, starts, ends = split_words(nul_as_space(text))
         features, kept, firsts = self.features(words)
         logits = self._serve_ids(features["token_ids"], features["shape_ids"], features["char_ids"])["logits"]
         classes = self.word_classes(logits, words, kept, firsts)

@@ -25,7 +25,7 @@ from collections import Counter
 import numpy as np
 
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import PAD_ID
+from amptrain.data.vocabulary import NUL_AS_SPACE, PAD_ID
 from amptrain.tasks.base import Split
 from amptrain.tasks.ner import conll, spans
 from amptrain.tasks.ner.features import (
@@ -253,7 +253,7 @@ class NerTask(TextTask):
         """Each text split into words (`WORD`), tagged; returns one record a text:
         {"text", "tokens", "tags", "entities": [{"type", "text", "start", "end"}]},
         entity offsets in characters of the text (end exclusive)."""
-        matches = [list(WORD.finditer(text)) for text in texts]
+        matches = [list(WORD.finditer(text.translate(NUL_AS_SPACE))) for text in texts]
         tagged = [m for m in matches if m]
         sentences = [conll.Sentence(tuple(w.group() for w in m), (conll.OUTSIDE,) * len(m), 1) for m in tagged]
         predicted = iter([])

@@ -16,7 +16,7 @@ tables of its join rules, made at export time). A blank text (only whitespace, a
 import tensorflow as tf
 
 from amptrain.data.batching import round_up
-from amptrain.data.vocabulary import PAD_ID, UNK
+from amptrain.data.vocabulary import PAD_ID, UNK, nul_as_space
 from amptrain.serving import unicode_classes as classes
 from amptrain.serving.modules import ServingModule
 from amptrain.tasks.translation import detokenize as rules
@@ -72,6 +72,7 @@ class TranslatorModule(ServingModule):
         return detokenize_ids(target_ids, self.join_tables, self._end_id)
 
     def _serve(self, text):
+        text = nul_as_space(text)
         target_ids = self._serve_ids(self.source_ids(text))["target_ids"]
         blank = tf.strings.regex_full_match(text, self._blank)
         return {"translation": tf.where(blank, "", self.detokenize(target_ids))}

@@ -37,7 +37,7 @@ import numpy as np
 
 from amptrain.data.batching import round_up
 from amptrain.data.parallel import read_parallel
-from amptrain.data.vocabulary import CLS, PAD_ID, SEP, UNK, WordPiece
+from amptrain.data.vocabulary import CLS, NUL_AS_SPACE, PAD_ID, SEP, UNK, WordPiece
 from amptrain.errors import UserError
 from amptrain.tasks.base import Split
 from amptrain.tasks.text import VOCABULARY_FILE, TextTask, token_counts
@@ -350,7 +350,7 @@ class TranslationTask(TextTask):
     def predict_texts(self, texts, model, predict):
         """The beam-search translation of each text (a blank text translates to "")."""
         texts = list(texts)
-        present = [i for i, t in enumerate(texts) if t.strip()]
+        present = [i for i, t in enumerate(texts) if t.translate(NUL_AS_SPACE).strip()]
         sources = [
             ids[: self.config.data.max_length] for ids in self.source_tokenizer.encode([texts[i] for i in present])
         ]
