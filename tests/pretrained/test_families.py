@@ -86,6 +86,25 @@ def test_words_tokenize_on_their_own_as_transformers_splits_words(family, tokeni
     assert (1 + np.cumsum([0] + [len(p) for p in pieces[:-1]])).tolist() == expected["first_pieces"]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_encode_equals_the_exports_in_graph_tokenizer(family, tokenizers):
+    """`encode` (training, `predict`) and `graph_tokenize` (the export) give the same pieces:
+    for RoBERTa two implementations (the `tokenizers` library, keras-hub's graph), on texts
+    from all over Unicode, spam mails, and a NUL (read as a space by both)."""
+    import csv
+
+    import tensorflow as tf
+    from export.test_export_text_ops import random_texts  # tests/: texts from all over the first planes
+
+    tokenizer = tokenizers(family)
+    with open(os.path.join(HERE, "..", "..", "data", "classify-spam", "train.csv"), encoding="utf-8") as f:
+        mails = [row[0] for row in list(csv.reader(f))[1:41]]
+    texts = random_texts(120, seed=3) + mails + ["it's I'll  we've\t\n x", "a\0b", "\0", " lead", "trail "]
+    in_graph = tf.function(tokenizer.graph_tokenize, autograph=False)  # as the export traces it
+    graph = in_graph(tf.constant(texts)).to_list()
+    assert [ids.tolist() for ids in tokenizer.encode(texts)] == graph
+
+
 def test_the_families_read_their_own_config_keys():
     shapes = {family: read_checkpoint(folder(family)) for family in FAMILIES}
     assert {f: (c.hidden_dim, c.num_layers, c.intermediate_dim) for f, c in shapes.items()} == {
@@ -155,6 +174,15 @@ def rewrite_header(path, edit):
         (lambda h: {**h, "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 1 << 40]}}, "outside the file"),
         (lambda h: {**h, "x": {"dtype": "F32", "shape": "big", "data_offsets": [0, 4]}}, "expected a list of sizes"),
         (lambda h: [1, 2], "expected a safetensors header of named tensors"),
+        # an integer word embedding of the right shape and size trained (values up to 1.2e9)
+        (
+            lambda h: {
+                **h,
+                "embeddings.word_embeddings.weight": {**h["embeddings.word_embeddings.weight"], "dtype": "I32"},
+            },
+            r"'embeddings.word_embeddings.weight': dtype 'I32'; expected a weight in one of F32, F16, BF16",
+        ),
+        (lambda h: {**h, "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "shape \\[2\\] of F32 needs 8"),
     ],
 )
 def test_a_smuggled_weights_header_is_refused_before_loading(tmp_path, edit, message):

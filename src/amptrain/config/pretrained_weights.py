@@ -3,9 +3,10 @@
     check_weights(path, expected={"embeddings.word_embeddings.weight": (441, 16)}, num_layers=2)
 
 The header (8 bytes of length, then JSON: {name: {"dtype", "shape", "data_offsets"}}) is
-read as data, never run: a header that is not that shape, a dtype that is not a float
-weight, a weight missing or of another shape than the config says, a layer beyond the
-config's count, or offsets outside the file is one line naming the weight. Names may carry
+read as data, never run: a header that is not that shape, a weight whose dtype is not a
+float one (integers only for the index buffers checkpoints carry, `position_ids`), a byte
+size that is not its shape's, a weight missing or of another shape than the config says, a
+layer beyond the config's count, or offsets outside the file is one line naming the weight. Names may carry
 a prefix (`bert.`, `roberta.`: a checkpoint saved from a task model), as keras-hub accepts.
 """
 
@@ -18,8 +19,11 @@ from amptrain.errors import ConfigError
 
 MAX_HEADER_BYTES = 100 << 20
 DTYPES = ("F32", "F16", "BF16")
-# Integer buffers real checkpoints carry beside the weights (BERT's `embeddings.position_ids`).
+# Integer buffers real checkpoints carry beside the weights (BERT's `embeddings.position_ids`):
+# the only tensors that may hold integers, and only under these names.
 BUFFER_DTYPES = ("I64", "I32")
+BUFFER_NAMES = ("position_ids", "token_type_ids")
+BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4}
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|albert_layer_groups)\.(\d+)\.")
 
 
@@ -46,9 +50,13 @@ def read_header(path):
 def _check_entry(path, name, entry, data_bytes):
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise ConfigError(f"{path}: tensor {name!r}: expected dtype, shape and data_offsets, received {entry!r:.200}")
-    known = DTYPES + BUFFER_DTYPES
+    buffer = name.rsplit(".", 1)[-1] in BUFFER_NAMES
+    known = DTYPES + BUFFER_DTYPES if buffer else DTYPES
     if entry["dtype"] not in known:
-        raise ConfigError(f"{path}: tensor {name!r}: dtype {entry['dtype']!r:.50}; expected one of {', '.join(known)}")
+        what = "an index buffer" if buffer else "a weight"
+        raise ConfigError(
+            f"{path}: tensor {name!r}: dtype {entry['dtype']!r:.50}; expected {what} in one of {', '.join(known)}"
+        )
     shape, offsets = entry["shape"], entry["data_offsets"]
     if not (isinstance(shape, list) and all(type(n) is int and 0 <= n for n in shape)):
         raise ConfigError(f"{path}: tensor {name!r}: shape {shape!r:.100}; expected a list of sizes")
@@ -61,6 +69,19 @@ def _check_entry(path, name, entry, data_bytes):
         raise ConfigError(
             f"{path}: tensor {name!r}: data_offsets {offsets!r:.100} outside the file's {data_bytes} bytes"
         )
+    size = BYTES[entry["dtype"]] * _product(shape)
+    if offsets[1] - offsets[0] != size:
+        raise ConfigError(
+            f"{path}: tensor {name!r}: {offsets[1] - offsets[0]} bytes of data; its shape {shape} "
+            f"of {entry['dtype']} needs {size}"
+        )
+
+
+def _product(shape):
+    total = 1
+    for n in shape:
+        total *= n
+    return total
 
 
 def check_weights(path, expected, num_layers):
