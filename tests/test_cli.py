@@ -114,3 +114,19 @@ def test_a_run_that_failed_before_training_does_not_block_its_retry(tiny, capsys
     (tiny / "run" / "checkpoints" / "ckpt-4.index").write_bytes(b"")
     with pytest.raises(api.ConfigError, match="different config"):
         api._claim_run_dir(config_lib.load_config(str(tiny / "tiny.toml"), ["model.hidden_dim=32"]), run, False)
+
+
+def test_a_port_beyond_the_range_is_one_line(tmp_path, capsys):
+    status, lines = in_process(capsys, "serve", str(tmp_path), "--port", "70000")
+    assert (status, lines) == (2, ["amptrain: error: --port 70000: expected a port from 0 to 65535 (0: a free one)"])
+
+
+def test_a_truncated_export_is_one_line_naming_its_folder(tmp_path, capsys):
+    """A version folder with a cut `saved_model.pb` (and its metadata): `predict` on it."""
+    version = tmp_path / "export" / "1"
+    (version / "assets.extra").mkdir(parents=True)
+    (version / "assets.extra" / "amptrain-export.json").write_text('{"task": "classification", "labels": ["a"]}')
+    (version / "saved_model.pb").write_bytes(b"\x08\x01\x12")
+    status, lines = in_process(capsys, "predict", str(tmp_path / "export"), "--text", "hello")
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith(f"amptrain: error: {version}: cannot load this SavedModel (")

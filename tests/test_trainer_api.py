@@ -159,6 +159,11 @@ def frozen(policy):
         ({"config": {"train.epochs": "three"}}, r"train\.epochs: expected int, received 'three'"),
         ({"loss": lambda y, out: (out, 1.0)}, r"loss: expected per-target values that sum to a scalar"),
         ({"train": ({"ids": np.zeros((8, 9), "int32")}, np.zeros(8, "int32"))}, r"data: the batches' features"),
+        (
+            {"train": ({"token_ids": np.full((8, 9), 45, "int64")}, np.zeros(8, "int32"))},
+            r"data: the first training batch holds id 45 at \[0,0\], past the end of Embedding's 30 rows: "
+            r"expected ids 0 to 29",
+        ),
     ],
 )
 def test_bad_input_is_one_line_before_any_training(tmp_path, changes, message):
@@ -184,3 +189,14 @@ def test_the_run_folder_of_your_own_model_is_read_back_from_python(tmp_path):
         amptrain.evaluate(str(tmp_path / "run"))
     saved = (tmp_path / "run" / "config.toml").read_text()
     assert 'task = "keras_model"' in saved and json.loads((tmp_path / "run" / "data.json").read_text())["rows"] == 16
+
+
+def test_a_resume_with_another_model_says_the_model_changed(tmp_path):
+    make(tmp_path).fit()
+    records = tmp_path / "run" / "metrics.jsonl"  # as a run stopped before its end: to be resumed
+    lines = records.read_text().splitlines(keepends=True)
+    records.write_text("".join(line for line in lines if '"kind": "end"' not in line))
+    changed = r"does not fit the model .*: the model changed since the run saved it"
+    with pytest.raises(UserError, match=changed) as caught:
+        make(tmp_path, model=wide).fit()
+    assert "\n" not in str(caught.value)

@@ -9,6 +9,7 @@ amptrain.export("runs/classify-spam")         # runs/classify-spam/export/1: a S
 amptrain.predict("runs/classify-spam/export", ["see you at lunch"])   # the same records, from the export
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -76,6 +77,7 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     placement, choice, winner = _prepare(config, task, cluster, run_dir)
     if cluster.is_chief:
         learned_files.record(run_dir, learned_files.names(task))
+        _record_task_code(config.task, run_dir)
     logger.info(probe.summary(choice))
     xla_asked = xla_modes.uses_xla(config.runtime.jit_compile)  # check-numerics says it turns that off
     config = probe.apply(config, choice)  # the run's config, resolved once
@@ -105,6 +107,17 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
         f"results in {run_dir}: metrics.jsonl, predictions-test{task.predictions_suffix}, tensorboard/, checkpoints/"
     )
     return {"run_dir": run_dir, "test": test_metrics}
+
+
+def _record_task_code(task_name, run_dir):
+    """A user's task module, run by this fit: trusted by this user from now on
+    (`registry.trust_task_code`), and where it was and its SHA-256 in the run folder."""
+    from amptrain import registry
+    from amptrain.files import atomic_write
+
+    record = registry.trust_task_code(task_name)
+    if record is not None:
+        atomic_write(os.path.join(run_dir, registry.CODE_RECORD_FILE), json.dumps(record, indent=2) + "\n")
 
 
 def _prepare(config, task, cluster, run_dir):
@@ -203,7 +216,7 @@ def _claim_run_dir(config, run_dir, overwrite):
     if overwrite and os.path.exists(run_dir):
         _empty(run_dir)
     elif os.path.exists(saved_path):
-        saved = config_lib.load_config(saved_path, base_dir=run_dir)
+        saved = config_lib.load_config(saved_path, base_dir=run_dir, carried_by=run_dir)
         differing = config_lib.differing_keys(saved, config)
         if differing and _never_trained(run_dir):
             _empty(run_dir)  # only what the failed start wrote: config, learned files, log
@@ -239,9 +252,10 @@ def _never_trained(run_dir):
     return not any(r.get("kind") in ("train", "eval") for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")))
 
 
-def load_run(run_dir, split_names):
+def load_run(run_dir, split_names, trust_run_code=False):
     """A trained run's task, its model with the best weights, a predict function over that
-    model, and the checkpoint's path."""
+    model, and the checkpoint's path. `trust_run_code`: import the user task module the
+    run's config names even if this user never ran `fit` with it (`registry.task_class`)."""
     import tensorflow as tf
 
     from amptrain.engine.checkpoints import restore_weights
@@ -250,7 +264,8 @@ def load_run(run_dir, split_names):
     from amptrain.precision import probe
     from amptrain.tasks import create_task
 
-    config = probe.resolved_for(load_config(run_dir, splits=split_names), run_dir)  # data files: only those read
+    config = load_config(run_dir, splits=split_names, trust=trust_run_code)  # data files: only those read
+    config = probe.resolved_for(config, run_dir)
     task = create_task(config, run_dir)
     learned_files.check(run_dir)
     task.prepare(split_names)
@@ -263,7 +278,7 @@ def load_run(run_dir, split_names):
     return task, model, trainer.predict, checkpoint
 
 
-def evaluate(run_dir, split="test", data=None):
+def evaluate(run_dir, split="test", data=None, trust_run_code=False):
     """Scores a split (or another labelled file) with the run's best checkpoint."""
     from amptrain.engine.run_log import setup_logging
 
@@ -271,7 +286,7 @@ def evaluate(run_dir, split="test", data=None):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
     with hold(run_dir, "eval"):  # it writes train.log: not beside a fit
         setup_logging(run_dir)
-        task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,))
+        task, model, predict_fn, checkpoint = load_run(run_dir, () if data else (split,), trust_run_code)
         if data:
             split = "data"
             task.add_split(split, os.path.abspath(data))
@@ -281,18 +296,19 @@ def evaluate(run_dir, split="test", data=None):
     return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
 
 
-def predict(run_dir, texts, skip_blank=False):
+def predict(run_dir, texts, skip_blank=False, trust_run_code=False):
     """One record a text with the run's best checkpoint: the label and class probabilities
     (classification), the tags and entities (ner), the translation (translation).
     `skip_blank` (lines of a file): blank texts are left out, except by translation,
     which translates a blank line to a blank line. `run_dir` may be an export folder
-    (`export`): its SavedModel then answers, and no model is built."""
+    (`export`): its SavedModel then answers, and no model is built. `trust_run_code`: as
+    `load_run`'s."""
     from amptrain.serving.served import find_export, predict_export
 
     exported = find_export(run_dir)
     if exported is not None:
-        return predict_export(exported, texts, skip_blank)
-    task, model, predict_fn, _ = load_run(run_dir, ())
+        return predict_export(exported, texts, skip_blank, trust_run_code)
+    task, model, predict_fn, _ = load_run(run_dir, (), trust_run_code)
     texts = list(texts)
     if skip_blank and not task.keeps_blank_lines:
         texts = [t for t in texts if t.strip()]
@@ -308,13 +324,14 @@ def export(
     overwrite=False,
     precision="float32",
     overrides=(),
+    trust_run_code=False,
 ):
     """Exports a run (`amptrain.serving.export_run`): a SavedModel taking raw text in TF
     Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`
     the ONNX model of its token-ids graph. Returns where it went and its size."""
     from amptrain.exports import export_run
 
-    return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides)
+    return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides, trust=trust_run_code)
 
 
 def audit(config_path, overrides=(), policy=None):

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from amptrain.serving.cli import add_serve
+
 
 def main(argv=None):
     from amptrain.errors import not_utf8
@@ -69,7 +71,7 @@ def _parser():
         _add_launch,
         _add_bench,
         _add_doctor,
-        _add_serve,
+        add_serve,
     ):
         add(commands)
     for command in commands.choices.values():  # `amptrain fit --verbose ...` too
@@ -99,7 +101,17 @@ def _add_eval(commands):
     evaluate.add_argument("run_dir")
     evaluate.add_argument("--split", default="test", choices=("dev", "test"))
     evaluate.add_argument("--data", help="score this labelled file instead of a split of the config")
+    _add_trust_option(evaluate)
     evaluate.set_defaults(run=_eval)
+
+
+def _add_trust_option(command):
+    command.add_argument(
+        "--trust-run-code",
+        action="store_true",
+        help="import the task module the run's config names even if you never ran `fit` with that file here "
+        "(a run folder's config names code; without this, only code you trained with runs)",
+    )
 
 
 def _add_predict(commands):
@@ -117,6 +129,7 @@ def _add_predict(commands):
         action="store_true",
         help="translation: JSON lines ({text, translation}) instead of the translated text alone",
     )
+    _add_trust_option(predict)
     predict.set_defaults(run=_predict)
 
 
@@ -147,6 +160,7 @@ def _add_export(commands):
         metavar="SECTION.KEY=VALUE",
         help="override a value of the run's config, e.g. decode.beam_size=4 (repeatable)",
     )
+    _add_trust_option(export)
     export.set_defaults(run=_export)
 
 
@@ -242,33 +256,6 @@ def _add_doctor(commands):
     doctor.set_defaults(run=_doctor)
 
 
-def _add_serve(commands):
-    serve = commands.add_parser(
-        "serve",
-        help="serve an export over TF Serving's REST API (/v1/models/NAME:predict), batching across requests",
-    )
-    serve.add_argument("export_dir", help="an export folder of version folders (RUN/export), or a run folder")
-    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8501, help="the port (default 8501, TF Serving's; 0: a free one)")
-    serve.add_argument("--name", help="the model's name in the URLs (default: the run folder's name)")
-    serve.add_argument("--max-batch-size", type=int, default=32, help="texts in one model call at most (default 32)")
-    serve.add_argument(
-        "--batch-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests (default 5)"
-    )
-    serve.add_argument("--max-body-bytes", type=int, default=4 << 20, help="a request's body at most (default 4 MiB)")
-    serve.add_argument("--max-instances", type=int, default=1024, help="texts in one request at most (default 1024)")
-    serve.add_argument(
-        "--max-text-chars",
-        type=int,
-        default=10_000,
-        help="a longer text is cut to this many characters (default 10000)",
-    )
-    serve.add_argument(
-        "--poll-seconds", type=float, default=5.0, help="look for a new version folder this often (default 5; 0: never)"
-    )
-    serve.set_defaults(run=_serve)
-
-
 def _add_run_options(command):
     """The options of a command that trains a config into a run folder (fit, launch)."""
     command.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
@@ -294,7 +281,7 @@ def _fit(args):
 def _eval(args):
     from amptrain import api
 
-    print(json.dumps(api.evaluate(args.run_dir, split=args.split, data=args.data)))
+    print(json.dumps(api.evaluate(args.run_dir, split=args.split, data=args.data, trust_run_code=args.trust_run_code)))
     return 0
 
 
@@ -304,9 +291,10 @@ def _predict(args):
     if args.input:  # streamed: each chunk's records as soon as they are computed
         from amptrain.serving.streaming import predict_lines, read_text_lines
 
-        records = predict_lines(args.run_dir, read_text_lines(args.input), api.load_run)
+        lines = read_text_lines(args.input)
+        records = predict_lines(args.run_dir, lines, api.load_run, trust=args.trust_run_code)
     else:
-        records = api.predict(args.run_dir, args.text)
+        records = api.predict(args.run_dir, args.text, trust_run_code=args.trust_run_code)
     for record in records:
         if "translation" in record and not args.json:
             print(record["translation"], flush=bool(args.input))  # line i out for line i in
@@ -330,6 +318,7 @@ def _export(args):
         overwrite=args.overwrite,
         precision=args.precision,
         overrides=args.overrides,
+        trust_run_code=args.trust_run_code,
     )
     print(json.dumps(result))
     return 0
@@ -362,31 +351,6 @@ def _doctor(args):
     if not args.json and report["peaks"]:
         print(doctor.cache_note())
     return 0
-
-
-def _serve(args):
-    from amptrain.errors import UserError
-
-    if args.max_batch_size < 1 or args.batch_wait_ms < 0:
-        raise UserError(
-            f"--max-batch-size {args.max_batch_size} --batch-wait-ms {args.batch_wait_ms}: expected >= 1, >= 0"
-        )
-    if min(args.max_body_bytes, args.max_instances, args.max_text_chars) < 1:
-        raise UserError("--max-body-bytes, --max-instances and --max-text-chars: expected whole numbers >= 1")
-    try:
-        import prometheus_client  # noqa: F401  (the serve extra, checked before TensorFlow loads)
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as missing:
-        raise UserError(
-            f"amptrain serve needs the serve extra ({missing.name} is missing): pip install 'amptrain[serve]'"
-        ) from None
-    from amptrain.serving.rest import Limits
-    from amptrain.serving.server import run
-
-    limits = Limits(args.max_body_bytes, args.max_instances, args.max_text_chars)
-    batching = {"max_batch_size": args.max_batch_size, "max_wait_ms": args.batch_wait_ms}
-    return run(args.export_dir, args.host, args.port, args.name, limits, batching, args.poll_seconds)
 
 
 def _bench(args):

@@ -211,7 +211,7 @@ def format_report(report):
 
 
 def cache_note():
+    from amptrain.files import cache_dir
     from amptrain.hardware.peaks import PEAKS_FILE
-    from amptrain.precision.probe import cache_dir
 
     return f"peaks cached in {os.path.join(cache_dir(), PEAKS_FILE)} (--remeasure to measure again)"

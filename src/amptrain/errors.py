@@ -1,5 +1,7 @@
 """Errors a user can fix: the CLI prints them as one line and exits non-zero."""
 
+import re
+
 
 class UserError(Exception):
     """A mistake in the user's input (config, data, command line), not a bug."""
@@ -30,6 +32,17 @@ class PeerLost(Exception):
 class CheckpointError(UserError):
     """No intact checkpoint where one is needed, or one did not read back after saving:
     one line naming the folder and what is wrong with each file."""
+
+
+# TensorFlow's message for a lookup past a table's end: "indices[0,2] = 9999 is not in [0, 441)"
+_OUT_OF_RANGE = re.compile(r"indices\[([\d,]+)\] = (-?\d+) is not in \[0, (\d+)\)")
+
+
+def id_out_of_range(message):
+    """(position, id, table size) of the first lookup past a table's end that a TensorFlow
+    error `message` reports, as strings; None when it reports none."""
+    found = _OUT_OF_RANGE.search(message)
+    return found.groups() if found else None
 
 
 def not_utf8(arguments):

@@ -1,4 +1,5 @@
-"""Files written whole or not at all: the run folder's records, the probe's cache."""
+"""Files written whole or not at all (the run folder's records, the probe's cache), and where
+the per-user cache lives."""
 
 import contextlib
 import os
@@ -23,3 +24,11 @@ def atomic_write(path, text):
         with contextlib.suppress(OSError):
             os.remove(temporary)  # a full disk leaves no temporary file behind
         raise
+
+
+def cache_dir():
+    """$AMPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/amptrain, else ~/.cache/amptrain."""
+    if os.environ.get("AMPTRAIN_CACHE_DIR"):
+        return os.environ["AMPTRAIN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "amptrain")

@@ -166,6 +166,24 @@ def test_predict_input_streams_records_and_shows_progress(trained):
     assert "predict: 40 lines done" in progress.getvalue()
 
 
+def test_predict_input_refuses_a_line_past_the_limit_and_says_when_every_line_was_blank(trained, tmp_path, capsys):
+    from amptrain.serving import streaming
+
+    huge = tmp_path / "huge.txt"
+    huge.write_bytes(b"first line\n" + b"x" * (streaming.MAX_LINE_BYTES + 1) + b"\nlast\n")
+    status, lines = in_process(capsys, "predict", str(trained[1]), "--input", str(huge))
+    assert status == 2 and lines == [
+        f"amptrain: error: {huge}:2: a line of over 4 MiB; expected one text a line "
+        "(a model reads only its first data.max_length pieces)"
+    ]
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\t\n")
+    progress = io.StringIO()
+    records = list(streaming.predict_lines(str(trained[1]), streaming.read_text_lines(str(blank)),
+                                           amptrain.api.load_run, stream=progress))  # fmt: skip
+    assert records == [] and progress.getvalue() == "predict: 3 lines, all blank: no record (blank lines are skipped)\n"
+
+
 # === 8. Untrusted inputs ===
 
 

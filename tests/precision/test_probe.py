@@ -202,11 +202,15 @@ def test_no_measurement_when_named_alone(tmp_path, monkeypatch):
     assert measure.calls == 0 and not os.listdir(tmp_path)
 
 
-def test_every_candidate_failing_falls_back_to_the_rule(tmp_path, monkeypatch):
+def test_every_candidate_failing_falls_back_to_the_rule_and_is_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
-    record = decide(config(runtime__jit_compile=False), FakeMeasure({F32: "a", BF16: "b"}), hardware=AMX)
+    failing = FakeMeasure({F32: "a", BF16: "b"})
+    record = decide(config(runtime__jit_compile=False), failing, hardware=AMX)
     assert (record.policy, record.source) == ("mixed_bfloat16", "measured")
     assert record.reason.startswith("every candidate failed; CPU with amx_bf16 and avx512_bf16")
+    # the corrected run (same key) measures again: a failure was never cached
+    again = decide(config(runtime__jit_compile=False), FakeMeasure({F32: [100], BF16: [200]}), hardware=AMX)
+    assert again.source == "measured" and again.reason.startswith("shortest estimated run: bf16 200")
 
 
 class Clock:

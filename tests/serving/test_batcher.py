@@ -1,7 +1,7 @@
 """Batching across requests (serving/batcher.py), with a plain Python function as the model:
 concurrent requests share a call up to the batch size, each gets its own rows back (and
-its own padding), a request larger than the batch runs alone, an error reaches every
-request of its call."""
+its own padding), a request larger than the batch runs alone, an error reaches the request
+that caused it and no other."""
 
 import asyncio
 import threading
@@ -77,21 +77,28 @@ def test_a_request_larger_than_the_batch_runs_alone_in_one_call():
     assert sorted(len(c) for c in model.calls) == [1, 5] and large["upper"].tolist() == list("ABCDE")
 
 
-def test_an_error_reaches_every_request_of_its_call_and_the_next_call_works():
+def test_an_error_reaches_only_the_request_that_caused_it_and_the_next_call_works():
+    calls = []
+
     def failing(texts):
+        calls.append(list(texts))
         if "boom" in texts:
             raise RuntimeError("the model failed")
         return {"length": np.array([len(t) for t in texts])}
 
     async def main():
         batcher = Batcher(failing, max_batch_size=8, max_wait_ms=20)
-        results = await asyncio.gather(batcher.predict(["boom"]), batcher.predict(["ok"]), return_exceptions=True)
+        results = await asyncio.gather(
+            batcher.predict(["ok"]), batcher.predict(["boom"]), batcher.predict(["fine!"]), return_exceptions=True
+        )
         after = await batcher.predict(["fine"])
         await batcher.close()
         return results, after
 
-    results, after = run(main())
-    assert all(isinstance(r, RuntimeError) for r in results) and after["length"].tolist() == [4]
+    (ok, boom, fine), after = run(main())
+    assert isinstance(boom, RuntimeError) and ok["length"].tolist() == [2] and fine["length"].tolist() == [5]
+    # one shared call failed, then each request alone: only "boom" failed again
+    assert calls[:4] == [["ok", "boom", "fine!"], ["ok"], ["boom"], ["fine!"]] and after["length"].tolist() == [4]
 
 
 def test_a_request_keeps_its_own_padding():

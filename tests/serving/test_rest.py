@@ -53,12 +53,18 @@ def test_a_long_text_is_cut_not_refused():
         (b'{"inputs": {"text": [null]}}', 400, "inputs[0] is a JSON NoneType"),
         (b'{"inputs": {"token_ids": [[1]]}}', 400, "expected only 'text'"),
         (b'{"instances": []}', 400, "no instances"),
+        (b'{"instances": ["ok", "a\\ud800b"]}', 400, "instances[1] holds U+D800 at character 1, a lone surrogate"),
+        (b'{"inputs": {"text": ["\\udfff"]}}', 400, "inputs[0] holds U+DFFF at character 0"),
+        (b'{"instances": ["\\ud83d\\ude00"]}', None, None),  # a surrogate pair: one character, accepted
         (b'{"instances": ["a"], "signature_name": "serve_ids"}', 400, "'serve_ids' not found; this model has"),
         (b'{"instances": ["a", "b", "c", "d"]}', 413, "4 instances; at most 3"),
         (b'{"instances": ["' + b"a" * 2000 + b'"]}', 413, "at most 1000 (--max-body-bytes)"),
     ],
 )
 def test_a_bad_request_is_one_line_and_its_status(body, status, says):
+    if status is None:
+        assert parse(body, Limits()).texts == ["\U0001f600"]
+        return
     with pytest.raises(BadRequest) as raised:
         parse(body, Limits(max_body_bytes=1000 if b"a" * 2000 in body else 10**7, max_instances=3))
     assert raised.value.status == status and says in str(raised.value) and "\n" not in str(raised.value)

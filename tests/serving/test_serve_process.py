@@ -61,7 +61,8 @@ class Server:
 def served_classifier(classifier, tmp_path_factory):  # noqa: F811
     run, texts = classifier
     amptrain.export(str(run))
-    server = Server(run / "export", tmp_path_factory.mktemp("serve"), "--poll-seconds", "1", "--max-instances", "1000")
+    flags = ["--poll-seconds", "1", "--max-instances", "1000", "--header-timeout", "2", "--body-timeout", "2"]
+    server = Server(run / "export", tmp_path_factory.mktemp("serve"), *flags)
     yield server, run, texts, amptrain.predict(str(run / "export"), texts)
     server.stop()
 
@@ -127,6 +128,19 @@ def test_a_bad_input_is_a_4xx_and_the_server_answers_after(served_classifier, bo
     assert status == 200 and good["predictions"][0]["label"] == records[0]["label"]
 
 
+def test_a_text_no_utf8_can_carry_fails_its_own_request_and_no_other(served_classifier):
+    """A lone surrogate is valid JSON but no UTF-8 text: once it joined the shared batch and
+    failed the call for every request in it."""
+    server, _, texts, records = served_classifier
+    bodies = [{"instances": texts[:1]}] * 10 + [b'{"instances": ["spam \\ud800 spam"]}']
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(server.predict, bodies))
+    (bad_status, bad), good = answers[-1], answers[:-1]
+    assert bad_status == 400 and bad["error"].startswith("instances[0] holds U+D800 at character 5")
+    assert [status for status, _ in good] == [200] * 10
+    assert all(answer["predictions"][0]["label"] == records[0]["label"] for _, answer in good)
+
+
 def test_the_token_ids_signature_answers_as_in_process(served_classifier):
     import tensorflow as tf
 
@@ -141,6 +155,29 @@ def test_the_token_ids_signature_answers_as_in_process(served_classifier):
     assert abs(np.array(got) - expected).max() <= 1e-5
     ragged = {"signature_name": "serve_token_ids", "inputs": {"token_ids": [[2, 5], [2]]}}
     assert server.predict(ragged)[0] == 400
+
+
+def test_a_wrong_method_an_id_out_of_range_and_a_slow_client_are_one_line_each(served_classifier):
+    import socket
+
+    server, *_ = served_classifier
+    status, answer = server.call(f"/v1/models/{server.name}:predict")  # a GET
+    assert status == 405 and answer["error"].endswith("predict takes POST with a JSON body, not GET")
+    body = {"signature_name": "serve_token_ids", "instances": [{"token_ids": [2, 99999]}]}
+    status, answer = server.predict(body)
+    assert status == 400 and re.fullmatch(
+        r"id 99999 at \[0,1\] is out of range: expected 0 <= id < \d+", answer["error"]
+    )
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as slow:  # headers never finished
+        slow.sendall(b"POST /v1/models/x:predict HTTP/1.1\r\nHost: x\r\n")
+        assert slow.recv(100) == b""  # closed after --header-timeout 2
+    with socket.create_connection((host, int(port)), timeout=30) as slow:  # a body that stops
+        head = f"POST /v1/models/{server.name}:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        slow.sendall(head.encode() + b'{"instances": [')
+        assert slow.recv(1000).startswith(b"HTTP/1.1 408 ")
+    log = server.log.read_text()
+    assert "Traceback" not in log, log[-2000:]
 
 
 def test_unknown_models_and_versions_are_404(served_classifier):
@@ -159,6 +196,36 @@ def test_a_new_version_folder_is_picked_up(served_classifier):
     assert server.call("/healthz")[1]["version"] == 2
     assert server.predict({"instances": texts[:2]})[0] == 200
     assert server.predict({"instances": texts[:2]}, f"/v1/models/{server.name}/versions/1:predict")[0] == 200
+
+
+def test_a_removed_version_is_unloaded_and_a_broken_one_named_once(served_classifier):
+    """What is on disk is served: `rm -rf export/2` moves the default back to 1, and 2 is no
+    longer listed. A version folder that does not load is named once in the log, keeps the
+    default where it was, and its own URL is a 404 of one line."""
+    import shutil
+
+    server, run, texts, records = served_classifier
+    if not (run / "export" / "2").exists():
+        amptrain.export(str(run), version=2, checkpoint="latest")
+    shutil.rmtree(run / "export" / "2")
+    deadline = time.monotonic() + 60
+    while [s["version"] for s in server.call(f"/v1/models/{server.name}")[1]["model_version_status"]] != ["1"]:
+        assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+        time.sleep(0.5)
+    assert server.call("/healthz")[1]["version"] == 1
+    status, answer = server.predict({"instances": texts[:1]})
+    assert status == 200 and answer["predictions"][0]["label"] == records[0]["label"]
+    assert server.predict({"instances": ["a"]}, f"/v1/models/{server.name}/versions/2:predict")[0] == 404
+    broken = run / "export" / "3"
+    shutil.copytree(run / "export" / "1", broken)
+    (broken / "saved_model.pb").write_bytes((broken / "saved_model.pb").read_bytes()[:100])  # truncated
+    time.sleep(3)  # three polls
+    log = server.log.read_text()
+    assert log.count(f"{broken}: cannot load this SavedModel") == 1, log[-2000:]
+    assert "Traceback" not in log and server.call("/healthz")[1]["version"] == 1
+    status, answer = server.predict({"instances": ["a"]}, f"/v1/models/{server.name}/versions/3:predict")
+    assert status == 404 and answer["error"].startswith("version 3 is not available: ") and "\n" not in answer["error"]
+    shutil.rmtree(broken)
 
 
 def model_calls(server):

@@ -17,11 +17,13 @@ from amptrain.config.validation import validate
 from amptrain.errors import ConfigError
 
 
-def load_config(path, overrides=(), base_dir=None, check_files=True):
+def load_config(path, overrides=(), base_dir=None, check_files=True, carried_by=None, trust=False):
     """Reads a TOML file, applies `section.key=value` overrides and validates.
 
     Relative paths in the file and the overrides resolve against `base_dir`
-    (default: the directory the command runs in).
+    (default: the directory the command runs in). `carried_by`: the run or export folder
+    the file belongs to, whose config may not choose code (`registry.task_class`); `trust`:
+    import the user task module it names all the same.
     """
     try:
         with open(path, "rb") as f:
@@ -43,10 +45,14 @@ def load_config(path, overrides=(), base_dir=None, check_files=True):
         source=str(path),
         search=[os.path.dirname(str(path))],
         check_files=check_files,
+        carried_by=carried_by,
+        trust=trust,
     )
 
 
-def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=(), check_files=True):
+def config_from_dict(
+    raw, overrides=(), base_dir=None, source="config", search=(), check_files=True, carried_by=None, trust=False
+):
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     if isinstance(overrides, dict):
         overrides = [(k, v) for k, v in overrides.items()]
@@ -62,7 +68,7 @@ def config_from_dict(raw, overrides=(), base_dir=None, source="config", search=(
         if not isinstance(raw[section], dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
         raw[section][name] = value
-    task_class = _task_class(raw, source, [*search, base_dir or os.getcwd()])
+    task_class = _task_class(raw, source, [*search, base_dir or os.getcwd()], carried_by, trust)
     config = _build(raw, source, task_class)
     config = _resolve_paths(config, base_dir or os.getcwd())
     validate(config, task_class, check_files)
@@ -74,14 +80,15 @@ def task_class_of(config):
     return registry.task_class(config.task, [config.task_path] if config.task_path else [])
 
 
-def _task_class(raw, source, search):
+def _task_class(raw, source, search, carried_by=None, trust=False):
     task = raw.get("task", Config.task)
     if not isinstance(task, str):
         raise ConfigError(f"{source}: task: expected a string, received {task!r}")
     task_path = raw.get("task_path", "")
     if not isinstance(task_path, str):
         raise ConfigError(f"{source}: task_path: expected a folder's path, received {task_path!r}")
-    return registry.task_class(task, [task_path, *search] if task_path else search)
+    search = [task_path, *search] if task_path else search
+    return registry.task_class(task, search, carried_by=carried_by, trust=trust)
 
 
 def parse_override(text):

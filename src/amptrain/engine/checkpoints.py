@@ -85,7 +85,14 @@ class Checkpoints:
         self.restored_path = self.latest_path()
         if self.restored_path is None:
             return 0
-        self.checkpoint.restore(self.restored_path).assert_existing_objects_matched()
+        try:
+            self.checkpoint.restore(self.restored_path).assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            raise CheckpointError(
+                f"{self.restored_path}: this run's checkpoint does not fit the model ({first}): the model changed "
+                "since the run saved it; train it in another run folder, or start this one afresh (--overwrite)"
+            ) from None
         step = int(self.step.numpy())
         if self.directory == self.source:
             # Damaged newer checkpoints leave the state file; the next saves replace their files.

@@ -46,7 +46,8 @@ def decide_precision(task, config, cache, strategy, recorded=None, hardware=None
         measured, trials = measure_candidates(task, config, strategy, plan)
     else:
         measured, trials = measure(plan)
-    cache.write(key, measured)
+    if measured.speeds():  # a failure is not cached: the corrected run measures again
+        cache.write(key, measured)
     decision = probe.conclude(plan, measured, "measured", base, key, cache.path(key))
     return decision, _keep_winner(trials, decision, config)
 

@@ -34,15 +34,17 @@ def export_run(
     precision="float32",
     overrides=(),
     make_task=None,
+    trust=False,
 ):
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
     `run_dir`/export-onnx/1 for ONNX) and
     returns {"path", "format", "task", "checkpoint", "precision", "bytes"}. `make_task`:
-    as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces)."""
+    as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces); `trust`: import the
+    user task module the run's config names even if this user never ran `fit` with it."""
     from amptrain.exports.loading import load_config
 
     _check_choices(fmt, checkpoint, precision, version)
-    config = load_config(run_dir, overrides)  # a folder that is no run: one line, nothing written
+    config = load_config(run_dir, overrides, trust=trust)  # a folder that is no run: one line, nothing written
     if fmt == "onnx":
         from amptrain.serving.onnx import require_onnx
 

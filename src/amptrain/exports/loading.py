@@ -18,14 +18,18 @@ PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mi
 CHECKPOINTS = ("best", "latest")
 
 
-def load_config(run_dir, overrides=(), splits=()):
+def load_config(run_dir, overrides=(), splits=(), trust=False):
     """The run's saved config with `overrides` (`--set decode.beam_size=…`) applied. Its data
     files need not exist (a run folder moved to another machine predicts and exports from
-    its own files), except those of `splits`, which the caller reads."""
+    its own files), except those of `splits`, which the caller reads. A user's task module
+    it names is imported only if this user ran `fit` with it, or with `trust`
+    (`registry.task_class`)."""
     saved_path = os.path.join(run_dir, "config.toml")
     if not os.path.exists(saved_path):
         raise UserError(f"{run_dir}: no config.toml; expected a run folder made by `amptrain fit`")
-    config = config_lib.load_config(saved_path, overrides, base_dir=run_dir, check_files=False)
+    config = config_lib.load_config(
+        saved_path, overrides, base_dir=run_dir, check_files=False, carried_by=run_dir, trust=trust
+    )
     for split in splits:
         path = getattr(config.data, split, None)
         if path and not os.path.isfile(path):

@@ -67,7 +67,7 @@ def machine_key():
 
 
 def _path():
-    from amptrain.precision.probe import cache_dir
+    from amptrain.files import cache_dir
 
     return os.path.join(cache_dir(), PEAKS_FILE)
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 
+from amptrain.files import cache_dir
 from amptrain.precision.candidates import (  # noqa: F401 (the probe's vocabulary, imported from here)
     SHORT_NAMES,
     Candidate,
@@ -215,14 +216,6 @@ class ProbeCache:
 
     def write(self, key, measured):
         write_record(self.path(key), {"key": key, **measured.to_json()})
-
-
-def cache_dir():
-    """$AMPTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/amptrain, else ~/.cache/amptrain."""
-    if os.environ.get("AMPTRAIN_CACHE_DIR"):
-        return os.environ["AMPTRAIN_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "amptrain")
 
 
 def read_record(path):

@@ -8,7 +8,8 @@ go into one model call, up to `max_batch_size` texts or `max_wait_ms` after the 
 `run` is called in one worker thread, never on the event loop (the server keeps reading and
 answering requests while the model runs; TensorFlow's own threads use the cores), and one
 call at a time: requests that come while it runs make the next batch. A request of more
-texts than `max_batch_size` is never split: it runs alone, in one call. Each request gets
+texts than `max_batch_size` is never split: it runs alone, in one call. A call that fails is
+made again a request at a time, so that only the request that failed it gets the error. Each request gets
 its own rows back, and its own padding: the tagger pads a batch's words and entities to the
 batch's most, and `own_rows` cuts a request's rows back to its own most, so that a
 response never depends on what it was batched with.
@@ -110,8 +111,13 @@ class Batcher:
         started, self._busy = time.monotonic(), True
         try:
             outputs = await loop.run_in_executor(self._worker, self._run, texts)
-        except Exception as error:  # each request of the batch gets the error (the server: a 500)
-            for waiting in batch:
+        except Exception as error:
+            if len(batch) > 1:  # one request may have failed the call: each alone, each its own answer
+                self._busy = False
+                for waiting in batch:
+                    await self._call([waiting], loop)
+                return
+            for waiting in batch:  # the request gets its error (the server: a 500)
                 if not waiting.future.done():
                     waiting.future.set_exception(error)
             return

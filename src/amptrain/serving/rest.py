@@ -29,11 +29,14 @@ SIGNATURE = "serving_default"
 class Limits:
     """What one request may hold: its body in bytes, its instances, and a text's characters
     (a longer text is cut to its first `max_text_chars`, as training cuts to `data.max_length`
-    pieces, which come after far fewer characters)."""
+    pieces, which come after far fewer characters); and how long a client may take to send
+    its request line and headers, then its body (a slow client holds a connection)."""
 
     max_body_bytes: int = 4 * 1024 * 1024
     max_instances: int = 1024
     max_text_chars: int = 10_000
+    header_seconds: float = 10.0
+    body_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _rows(instances):
             instance = instance[INPUT]
         if not isinstance(instance, str):
             raise BadRequest(f"instances[{i}] is a JSON {type(instance).__name__}; expected a string")
-        texts.append(instance)
+        texts.append(_text(instance, f"instances[{i}]"))
     return texts
 
 
@@ -115,7 +118,23 @@ def _column(inputs):
     for i, text in enumerate(inputs):
         if not isinstance(text, str):
             raise BadRequest(f"inputs[{i}] is a JSON {type(text).__name__}; expected a string")
+        _text(text, f"inputs[{i}]")
     return inputs
+
+
+def _text(text, where):
+    """`text` if it is Unicode text UTF-8 can carry. JSON's escapes can spell a lone
+    surrogate ("\\ud800"), which no UTF-8 text holds: refused here, in its own request, before
+    it could join a batch whose conversion it would fail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        raise BadRequest(
+            f"{where} holds U+{code:04X} at character {error.start}, a lone surrogate no UTF-8 text has; "
+            "expected Unicode text (a surrogate pair spells one character)"
+        ) from None
+    return text
 
 
 def format_predictions(outputs, columnar):

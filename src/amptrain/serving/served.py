@@ -45,21 +45,21 @@ def read_metadata(path):
         raise UserError(f"{path}: no readable {METADATA_FILE}; expected a folder made by `amptrain export`") from None
 
 
-def predict_export(path, texts, skip_blank=False):
+def predict_export(path, texts, skip_blank=False, trust=False):
     """One record a text, as `api.predict` makes them from a run (classification:
     probabilities rounded to 6 decimals)."""
-    return export_predictor(path, skip_blank)(texts)
+    return export_predictor(path, skip_blank, trust)(texts)
 
 
-def export_predictor(path, skip_blank=False):
+def export_predictor(path, skip_blank=False, trust=False):
     """`predict_export` with the SavedModel loaded once: a callable texts -> records (for
     `predict --input`, which calls it a chunk of lines at a time)."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
     metadata = read_metadata(path)
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-    records = serving_class(metadata["task"], metadata.get("task_path", "")).records
+    serve = load_saved_model(path).signatures["serving_default"]
+    records = serving_class(metadata["task"], metadata.get("task_path", ""), carried_by=path, trust=trust).records
 
     def predict(texts):
         texts = list(texts)
@@ -73,13 +73,30 @@ def export_predictor(path, skip_blank=False):
     return predict
 
 
-def serving_class(task, task_path=""):
+def load_saved_model(path):
+    """`tf.saved_model.load(path)`, or one line naming the folder when it does not load (a
+    truncated `saved_model.pb`, an empty `variables.index`, ...)."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
+
+    try:
+        return tf.saved_model.load(path)
+    except Exception as error:
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise UserError(
+            f"{path}: cannot load this SavedModel ({type(error).__name__}: {reason}); "
+            "expected a version folder written whole by `amptrain export`"
+        ) from None
+
+
+def serving_class(task, task_path="", carried_by=None, trust=False):
     """The serving module class of `task` (a registry name or a task class by import path):
-    the task names it (`Task.serving_module`). A task without one cannot be exported."""
+    the task names it (`Task.serving_module`). A task without one cannot be exported.
+    `carried_by`, `trust`: the folder that named the task, as `registry.task_class` takes them."""
     from amptrain import registry
 
     search = [task_path] if task_path else []
-    module_class = registry.task_class(task, search).serving_module
+    module_class = registry.task_class(task, search, carried_by=carried_by, trust=trust).serving_module
     if module_class is None:
         raise UserError(
             f"task {task!r} has no serving module (its Task.serving_module is None), so it cannot be exported"

@@ -64,6 +64,7 @@ class Metrics:
 def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
     """The Starlette app serving `versions` as model `name`."""
     metrics = metrics or Metrics()
+    failures = Failures()
 
     def error(message, status, route):
         metrics.requests.labels(route, str(status)).inc()
@@ -75,22 +76,21 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
     async def predict(request):
         started = time.monotonic()
         try:
-            model = await servable(request)
-            parsed = parse_predict(await read_body(request, limits.max_body_bytes), limits, model.ids)
-            if parsed.texts is None:  # a token-ids signature: one call of its own
-                outputs = await model.batcher.run_alone(model.call_signature, parsed.signature, parsed.tensors)
-            else:
-                outputs = await model.batcher.predict(parsed.texts)
+            outputs, parsed = await _predict(request, await servable(request), limits)
         except BadRequest as bad:
             return error(str(bad), bad.status, "predict")
         except NotFound as missing:
             return error(str(missing), 404, "predict")
+        except Exception as failure:  # the server's fault: a line a request, the traceback once
+            return error(failures.report(failure), 500, "predict")
         body = format_predictions(outputs, parsed.columnar)
         metrics.latency.observe(time.monotonic() - started)
         metrics.requests.labels("predict", "200").inc()
         return JSONResponse(body)
 
     async def status(request):
+        if any(":" in value for value in request.path_params.values()):  # GET /v1/models/NAME:predict
+            return error(_method_refusal(request), 405, "status")
         try:
             model = await servable(request)
         except NotFound as missing:
@@ -118,6 +118,39 @@ def make_app(versions, name, limits, metrics=None, poll_seconds=0.0):
 
     routes = _routes(predict, status, metadata, healthz, metrics_text)
     return Starlette(routes=routes, lifespan=_lifespan(versions, poll_seconds))
+
+
+async def _predict(request, model, limits):
+    """(the outputs, the parsed request) of a predict request to `model`."""
+    body = await read_body(request, limits.max_body_bytes, limits.body_seconds)
+    parsed = parse_predict(body, limits, model.ids)
+    if parsed.texts is None:  # a token-ids signature: one call of its own
+        return await model.batcher.run_alone(model.call_signature, parsed.signature, parsed.tensors), parsed
+    return await model.batcher.predict(parsed.texts), parsed
+
+
+def _method_refusal(request):
+    method = request.url.path.rpartition(":")[2]
+    return f"{request.method} {request.url.path}: {method} takes POST with a JSON body, not {request.method}"
+
+
+class Failures:
+    """A failed request's one line for the log and the answer; the traceback of each kind of
+    failure printed once (a failure repeated by every request would fill the log)."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def report(self, failure):
+        import traceback
+
+        line = f"{type(failure).__name__}: {(str(failure).strip().splitlines() or [''])[0][:300]}"
+        kind = (type(failure), line)
+        if kind not in self.seen:
+            self.seen.add(kind)
+            traceback.print_exception(failure, file=sys.stderr)
+        print(f"amptrain serve: a request failed: {line}", file=sys.stderr, flush=True)
+        return f"internal error: {line}"
 
 
 async def _servable(request, versions, name):
@@ -148,20 +181,25 @@ def _version_status(servable):
     return {"version": str(servable.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
 
 
-async def read_body(request, limit):
+async def read_body(request, limit, seconds=None):
     """The request's body, refused (413) past `limit` bytes without keeping more than that:
     the rest is read and dropped (up to DISCARD_FACTOR limits), so that the client reads the
-    error rather than a reset connection."""
+    error rather than a reset connection; and refused (408) when it has not all come within
+    `seconds`."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit * DISCARD_FACTOR:
         raise BadRequest(f"request body of {declared} bytes; at most {limit} (--max-body-bytes)", 413)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
-        elif size > limit * DISCARD_FACTOR:
-            break
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size <= limit:
+                    chunks.append(chunk)
+                elif size > limit * DISCARD_FACTOR:
+                    break
+    except TimeoutError:
+        raise BadRequest(f"request body not received within {seconds:g} s (--body-timeout)", 408) from None
     if size > limit:
         raise BadRequest(
             f"request body of {size if size <= limit * DISCARD_FACTOR else 'over ' + str(size)} bytes; "
@@ -188,15 +226,18 @@ def _lifespan(versions, poll_seconds):
 
 
 async def _poll(versions, seconds):
-    """TF Serving's file-system poll: every `seconds`, a newer version folder is loaded."""
+    """TF Serving's file-system poll: every `seconds`, what is on disk is served (a newer
+    version folder loaded, a removed one unloaded); a folder that fails to load is named once."""
     while True:
         await asyncio.sleep(seconds)
         before = versions.newest.version
         try:
-            forgotten = await asyncio.to_thread(versions.refresh)
-        except Exception as failure:  # a broken new folder: say so and keep serving the old one
-            print(f"amptrain serve: cannot load a new version in {versions.folder}: {failure}", file=sys.stderr)
+            forgotten, failed = await asyncio.to_thread(versions.refresh)
+        except Exception as failure:  # unforeseen: say so and keep serving what is loaded
+            print(f"amptrain serve: cannot refresh the versions in {versions.folder}: {failure}", file=sys.stderr)
             continue
+        for line in failed:  # a broken new folder: the old one stays the default
+            print(f"amptrain serve: {line}", file=sys.stderr, flush=True)
         if versions.newest.version != before:
             print(f"amptrain serve: now serving version {versions.newest.version}", flush=True)
         for servable in forgotten:
@@ -217,15 +258,19 @@ def bind(host, port):
     return sock
 
 
-def serve(app, sock, graceful_seconds=30):
-    """Runs `app` on `sock` until SIGTERM or Ctrl-C; requests in flight are answered first."""
+def serve(app, sock, graceful_seconds=30, header_seconds=10.0):
+    """Runs `app` on `sock` until SIGTERM or Ctrl-C; requests in flight are answered first. A
+    connection whose request line and headers have not all come within `header_seconds` (of
+    its opening, or of its previous answer) is closed."""
     import uvicorn
+
+    from amptrain.serving.deadlines import with_header_deadline
 
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
-        http="h11",
+        http=with_header_deadline(header_seconds),
         loop="asyncio",
         lifespan="on",
         timeout_graceful_shutdown=graceful_seconds,
@@ -248,6 +293,9 @@ def run(export_dir, host="127.0.0.1", port=8501, name=None, limits=None, batchin
     from amptrain.serving.rest import Limits
     from amptrain.serving.versions import Versions
 
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: expected a port from 0 to 65535 (0: a free one)")
+    limits = limits or Limits()
     metrics = Metrics()
     versions = Versions(export_dir, batching or {}, metrics.on_batch)
     name = name or os.path.basename(versions.newest.metadata.get("run_dir") or os.path.dirname(versions.folder))
@@ -265,7 +313,7 @@ def run(export_dir, host="127.0.0.1", port=8501, name=None, limits=None, batchin
     for signature, spec in newest.signature_defs().items():
         ins = ", ".join(f"{k} {v['dtype']}" for k, v in spec["inputs"].items())
         print(f"  signature {signature}: ({ins}) -> {', '.join(spec['outputs'])}", flush=True)
-    app = make_app(versions, name, limits or Limits(), metrics, poll_seconds)
-    serve(app, sock)
+    app = make_app(versions, name, limits, metrics, poll_seconds)
+    serve(app, sock, header_seconds=limits.header_seconds)
     print("amptrain serve: stopped; every request in flight was answered", flush=True)
     return 0

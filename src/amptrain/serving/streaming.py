@@ -17,19 +17,22 @@ from amptrain.errors import DataError, UserError
 
 CHUNK_LINES = 512
 PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is no terminal
+# A line longer than this is no text to predict: a model reads its first `data.max_length`
+# pieces, and a 200 MB line took 46 s and 7 GB before its one record.
+MAX_LINE_BYTES = 4 << 20
 
 
 def read_text_lines(path):
     """The lines of a UTF-8 file, newlines stripped, read as they are asked for. The file is
-    checked first (bytes only, fast), so a missing file or bad bytes are one line naming the
-    path before any model loads or any record is written."""
+    checked first (bytes only, fast), so a missing file, bad bytes or a line over
+    MAX_LINE_BYTES are one line naming the path before any model loads or any record is written."""
     _check_utf8(path)
     return _lines(path)
 
 
 def _check_utf8(path):
     decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
+    offset, line, run = 0, 1, 0  # the line being read, and its bytes so far
     try:
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -38,6 +41,15 @@ def _check_utf8(path):
                 except UnicodeDecodeError as error:
                     raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {offset + error.start})") from None
                 offset += len(block)
+                parts = block.split(b"\n")
+                for number, part in enumerate(parts):
+                    run = run + len(part) if number == 0 else len(part)
+                    if run > MAX_LINE_BYTES:
+                        raise DataError(
+                            f"{path}:{line + number}: a line of over {MAX_LINE_BYTES >> 20} MiB; expected one text "
+                            "a line (a model reads only its first data.max_length pieces)"
+                        )
+                line += len(parts) - 1
             decoder.decode(b"", final=True)
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {offset + error.start})") from None
@@ -62,15 +74,15 @@ def _chunks(lines, size):
         yield chunk
 
 
-def predictor(run_dir, skip_blank, load_run):
+def predictor(run_dir, skip_blank, load_run, trust=False):
     """texts -> records with the run's best checkpoint (`load_run`: `api.load_run`, handed down
     so that serving imports nothing above it) or the export's SavedModel, built once."""
     from amptrain.serving.served import export_predictor, find_export
 
     exported = find_export(run_dir)
     if exported is not None:
-        return export_predictor(exported, skip_blank)
-    task, model, predict_fn, _ = load_run(run_dir, ())
+        return export_predictor(exported, skip_blank, trust)
+    task, model, predict_fn, _ = load_run(run_dir, (), trust)
 
     def predict(texts):
         if skip_blank and not task.keeps_blank_lines:
@@ -80,16 +92,18 @@ def predictor(run_dir, skip_blank, load_run):
     return predict
 
 
-def predict_lines(run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None):
+def predict_lines(run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None, trust=False):
     """Yields one record a line of `lines` (blank ones skipped, except by translation), a
     chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
     stream = stream if stream is not None else sys.stderr
     interactive = stream.isatty()
-    predict = predictor(run_dir, skip_blank, load_run)
+    predict = predictor(run_dir, skip_blank, load_run, trust)
     started = shown = time.time()
-    done = 0
+    done = written = 0
     for chunk in _chunks(lines, chunk_lines):
-        yield from predict(chunk)
+        records = predict(chunk)
+        written += len(records)
+        yield from records
         done += len(chunk)
         now = time.time()
         line = f"predict: {done:,} lines ({done / max(now - started, 1e-9):,.0f} lines/s)"
@@ -101,5 +115,7 @@ def predict_lines(run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_L
             shown = now
     if interactive and done:
         stream.write("\n")
-    elif done:
+    if done and not written:
+        stream.write(f"predict: {done:,} lines, all blank: no record (blank lines are skipped)\n")
+    elif done and not interactive:
         stream.write(f"predict: {done:,} lines done in {time.time() - started:.1f} s\n")

@@ -5,25 +5,37 @@ one picked up when it appears.
     versions = Versions("runs/classify-spam/export", batching={"max_batch_size": 32, "max_wait_ms": 5})
     versions.newest.version              # 1: loaded (and warmed up) at once
     await versions.get(2)                # another version folder, loaded at its first request
-    versions.refresh()                   # a poll: loads a newer folder, forgets removed ones
+    versions.refresh()                   # a poll: serves what is on disk now
 
 A version is one `tf.saved_model.load` (`served.py` reads its metadata), its `serving_default`
 signature, and its own `Batcher`. `amptrain export` writes a version under `N.partial` and
 renames it when complete, so a folder with a `saved_model.pb` is whole when the poll sees it.
+What is served follows the disk: a removed version is unloaded, and when it was the default
+the newest remaining one becomes it. A folder that does not load is named once, and tried
+again only when its `saved_model.pb` changes.
 """
 
 import asyncio
 import os
 import threading
 
-from amptrain.errors import UserError
+from amptrain.errors import UserError, id_out_of_range
 from amptrain.serving.batcher import Batcher
-from amptrain.serving.rest import INPUT, SIGNATURE
-from amptrain.serving.served import SAVED_MODEL_FILE, find_export, read_metadata
+from amptrain.serving.rest import INPUT, SIGNATURE, BadRequest
+from amptrain.serving.served import SAVED_MODEL_FILE, find_export, load_saved_model, read_metadata
 
 
 class NotFound(LookupError):
     """A model name or version this server does not have (a 404)."""
+
+
+class BrokenVersion(UserError):
+    """A version folder that does not load. `new`: False when it failed before and has not
+    changed since (the poll said so then)."""
+
+    def __init__(self, message, new=True):
+        super().__init__(message)
+        self.new = new
 
 
 class Servable:
@@ -35,9 +47,16 @@ class Servable:
 
         self.path, self.version = path, int(os.path.basename(path)) if os.path.basename(path).isdigit() else 0
         self.metadata = read_metadata(path)
-        self._loaded = tf.saved_model.load(path)  # kept: the signatures are its functions
+        self._loaded = load_saved_model(path)  # kept: the signatures are its functions
         self.signatures = dict(self._loaded.signatures)
-        self._serve = self.signatures[SIGNATURE]
+        self._serve = self.signatures.get(SIGNATURE)
+        inputs = list(self._serve.structured_input_signature[1]) if self._serve is not None else []
+        if inputs != [INPUT]:
+            raise UserError(
+                f"{path}: its {SIGNATURE} signature takes {inputs or 'nothing'}, not one string input {INPUT!r}; "
+                "`amptrain serve` serves what `amptrain export RUN` writes (a Trainer.export() folder is "
+                "served by TF Serving itself)"
+            )
         self._tf = tf
         self.ids = self.id_signatures()
         self.run(["warm up"])  # the first request does not pay for the graph's first run
@@ -59,8 +78,16 @@ class Servable:
         return found
 
     def call_signature(self, name, tensors):
-        """{output name: numpy array} of signature `name` on `tensors` ({input: array})."""
-        outputs = self.signatures[name](**{k: self._tf.constant(v) for k, v in tensors.items()})
+        """{output name: numpy array} of signature `name` on `tensors` ({input: array}). An id
+        beyond its table is the request's fault: a `BadRequest` naming it and the range."""
+        try:
+            outputs = self.signatures[name](**{k: self._tf.constant(v) for k, v in tensors.items()})
+        except self._tf.errors.InvalidArgumentError as error:
+            found = id_out_of_range(str(error))
+            if found is None:
+                raise
+            where, value, size = found
+            raise BadRequest(f"id {value} at [{where}] is out of range: expected 0 <= id < {size}") from None
         return {k: tensor.numpy() for k, tensor in outputs.items()}
 
     def signature_defs(self):
@@ -114,6 +141,7 @@ class Versions:
         self.folder = export_folder(path)
         self._batching, self._on_batch = batching, on_batch
         self._loaded = {}  # version -> Servable
+        self._broken = {}  # version -> (its saved_model.pb's mtime, why it did not load)
         self._lock = threading.Lock()  # the poll (a thread) and a request's load (another) meet here
         on_disk = versions_on_disk(self.folder)
         if not on_disk:  # a SavedModel folder not named by a number
@@ -140,16 +168,48 @@ class Versions:
             return servable
         if version not in versions_on_disk(self.folder):
             raise NotFound(f"version {version} not found in {self.folder}; versions: {versions_on_disk(self.folder)}")
-        return await asyncio.to_thread(self._load, version)
+        try:
+            return await asyncio.to_thread(self._try_load, version)
+        except BrokenVersion as broken:
+            raise NotFound(f"version {version} is not available: {broken}") from None
 
     def refresh(self):
-        """A poll (blocking: run it off the event loop): loads a newer version folder and
-        serves it by default; forgets loaded versions whose folders are gone (the newest
-        kept while it is the only one). Returns the servables forgotten, for their batchers
-        to be closed."""
+        """A poll (blocking: run it off the event loop): serves by default the newest version
+        folder on disk that loads (a newer one, or the newest remaining when the default's
+        folder is gone) and forgets loaded versions whose folders are gone (the default kept
+        while no other is on disk). Returns (the servables forgotten, for their batchers to be
+        closed; the folders that failed to load this poll, one line each)."""
         on_disk = versions_on_disk(self.folder)
-        if on_disk and on_disk[-1] > self.newest.version:
-            self.newest = self._load(on_disk[-1])
+        failed = []
+        for version in reversed(on_disk):
+            if version == self.newest.version or (version < self.newest.version and self.newest.version in on_disk):
+                break
+            try:
+                self.newest = self.loaded().get(version) or self._try_load(version)
+                break
+            except BrokenVersion as broken:
+                if broken.new:
+                    failed.append(str(broken))
         with self._lock:
             gone = [v for v in self._loaded if v not in on_disk and v != self.newest.version]
-            return [self._loaded.pop(v) for v in gone]
+            return [self._loaded.pop(v) for v in gone], failed
+
+    def _try_load(self, version):
+        """`_load(version)`, or `BrokenVersion`: at once, not `new`, when its folder failed
+        before and has not changed since."""
+        stamp = _stamp(os.path.join(self.folder, str(version), SAVED_MODEL_FILE))
+        known = self._broken.get(version)
+        if known is not None and known[0] == stamp:
+            raise BrokenVersion(known[1], new=False)
+        try:
+            return self._load(version)
+        except UserError as error:
+            self._broken[version] = (stamp, str(error))
+            raise BrokenVersion(str(error)) from None
+
+
+def _stamp(path):
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None

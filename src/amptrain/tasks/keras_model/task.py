@@ -13,10 +13,11 @@ model's builder; the CLI cannot rebuild a model it has no code for, and says so.
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 
-from amptrain.errors import UserError
+from amptrain.errors import UserError, id_out_of_range
 from amptrain.tasks.base import Task
 from amptrain.tasks.keras_model.scoring import check_loss, pick_accuracy
 from amptrain.tasks.keras_model.serving import KerasModelModule
@@ -171,6 +172,14 @@ class KerasModelTask(Task):
         try:
             outputs = model(features, training=False)
         except Exception as error:  # the user's model on the user's data
+            found = id_out_of_range(str(error))
+            if found is not None:
+                where, value, size = found
+                layer = re.search(r"calling (\w+)\.call\(\)", str(error))
+                raise UserError(
+                    f"data: the first training batch holds id {value} at [{where}], past the end of "
+                    f"{layer.group(1) if layer else 'a lookup table'}'s {size} rows: expected ids 0 to {int(size) - 1}"
+                ) from None
             expected = [(t.name, list(t.shape), t.dtype) for t in tf.nest.flatten(model.inputs)]
             received = tf.nest.map_structure(lambda t: (t.shape.as_list(), t.dtype.name), features)
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
