@@ -165,7 +165,8 @@ def test_an_older_runs_default_decode_section_still_loads(tiny):
 
 def test_an_unknown_task_names_the_known_ones(tiny):
     with pytest.raises(
-        ConfigError, match=r"task: expected one of classification, ner, translation, keras_model or a task class"
+        ConfigError,
+        match=r"task: expected one of classification, ner, translation, language_model, keras_model or a task class",
     ):
         load(tiny, "task=sentiment")
 

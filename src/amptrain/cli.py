@@ -129,6 +129,14 @@ def _add_predict(commands):
         action="store_true",
         help="translation: JSON lines ({text, translation}) instead of the translated text alone",
     )
+    generating = predict.add_argument_group(
+        "language models: how to continue the prompt (default: the run's [generate])"
+    )
+    generating.add_argument("--max-new-tokens", type=int, help="pieces to add at most (default 64)")
+    generating.add_argument("--temperature", type=float, help="0: greedy (the default); > 0: sample")
+    generating.add_argument("--top-k", type=int, help="sample among the k most likely pieces (0: all)")
+    generating.add_argument("--top-p", type=float, help="sample among the most likely pieces that sum to p")
+    generating.add_argument("--seed", type=int, help="the sampling's seed: the same seed, the same text")
     _add_trust_option(predict)
     predict.set_defaults(run=_predict)
 
@@ -292,15 +300,25 @@ def _predict(args):
         from amptrain.serving.streaming import predict_lines, read_text_lines
 
         lines = read_text_lines(args.input)
-        records = predict_lines(args.run_dir, lines, api.load_run, trust=args.trust_run_code)
+        records = predict_lines(
+            args.run_dir, lines, api.load_run, trust=args.trust_run_code, overrides=_generating(args)
+        )
     else:
-        records = api.predict(args.run_dir, args.text, trust_run_code=args.trust_run_code)
+        records = api.predict(args.run_dir, args.text, trust_run_code=args.trust_run_code, overrides=_generating(args))
     for record in records:
         if "translation" in record and not args.json:
             print(record["translation"], flush=bool(args.input))  # line i out for line i in
+        elif "generated" in record and not args.json:
+            print(record["generated"], flush=bool(args.input))  # the continuation, as text
         else:
             print(json.dumps(record, ensure_ascii=False), flush=bool(args.input))
     return 0
+
+
+def _generating(args):
+    """`--temperature 0.8` and the like as overrides of the run's `[generate]` section."""
+    names = ("max_new_tokens", "temperature", "top_k", "top_p", "seed")
+    return [(f"generate.{name}", getattr(args, name)) for name in names if getattr(args, name) is not None]
 
 
 def _export(args):

@@ -42,6 +42,7 @@ TASKS = {
     "classification": "amptrain.tasks.classification:ClassificationTask",
     "ner": "amptrain.tasks.ner:NerTask",
     "translation": "amptrain.tasks.translation:TranslationTask",
+    "language_model": "amptrain.tasks.language_model:LanguageModelTask",
     # a user's own Keras model (amptrain.Trainer): built from Python, never from a config alone
     "keras_model": "amptrain.tasks.keras_model:KerasModelTask",
 }

@@ -1,6 +1,7 @@
 """The checks on a built config: impossible values stop the run before any work, with a
 message naming the key, what was expected and what was received."""
 
+import glob
 import math
 import os
 
@@ -28,8 +29,13 @@ def validate(config, task_class, check_files=True):
     `check_files=False`: a run folder's saved config, whose data files predict and export
     do not need (the folder may have moved to another machine)."""
     d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
+    corpora = getattr(task_class, "reads_corpora", False)
     for key in PATH_KEYS:
         path = getattr(d, key.split(".")[1])
+        if corpora and key in ("data.train", "data.dev", "data.test"):
+            found = not path or not check_files or os.path.isfile(path) or os.path.isdir(path) or glob.glob(path)
+            require(bool(found), key, "an existing file, folder, or a glob that matches files", path)
+            continue
         require(not path or not check_files or os.path.isfile(path), key, "an existing file", path)
     require(d.vocabulary_size >= 16, "data.vocabulary_size", "an integer >= 16", d.vocabulary_size)
     require(d.max_length >= 2, "data.max_length", "an integer >= 2", d.max_length)

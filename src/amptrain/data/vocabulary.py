@@ -69,7 +69,20 @@ def learn_pieces(counts, size):
     the pair of older pieces first. Ids go to the characters, then the `##` characters,
     each by code point, then to pieces as they are learned; `tokenizers` numbers the `##`
     characters in a hash map's order, which changes from process to process."""
-    merges = _Merges(counts)
+    return list(_learn(_Merges(counts), size).ids)
+
+
+def learn_byte_pairs(counts, size, alphabet):
+    """(pieces in id order, merges in the order learned): a byte-level BPE of at most `size`
+    pieces learned from `counts` (pre-tokenized words, each a string of `alphabet`'s
+    characters, as GPT-2's byte-to-character map writes bytes) the way `learn_pieces` learns
+    WordPiece's: the same merges in every process. Every character of `alphabet` is a piece,
+    so any text has pieces."""
+    merges = _learn(_Merges(counts, continuation="", alphabet=alphabet), size)
+    return list(merges.ids), merges.learned
+
+
+def _learn(merges, size):
     heap = [merges.entry(pair) for pair in merges.pair_counts]
     heapq.heapify(heap)
     while len(merges.ids) < size and heap:
@@ -80,18 +93,23 @@ def learn_pieces(counts, size):
                 heapq.heappush(heap, merges.entry(risen))
         elif current:  # the count fell since: every pair keeps an entry at least its count
             heapq.heappush(heap, merges.entry(pair))
-    return list(merges.ids)
+    return merges
 
 
 class _Merges:
-    """The training words as lists of pieces, the count of every adjacent pair, and the
-    pieces' ids."""
+    """The training words as lists of pieces, the count of every adjacent pair, the pieces'
+    ids and the merges learned. `continuation`: the mark of a piece that continues a word
+    (WordPiece's "##"; "" for byte-level BPE); `alphabet`: characters that are pieces from
+    the start, seen or not."""
 
-    def __init__(self, counts):
-        self.words = [[w[0]] + ["##" + c for c in w[1:]] for w in sorted(counts)]
+    def __init__(self, counts, continuation="##", alphabet=()):
+        self.continuation = continuation
+        self.words = [[w[0]] + [continuation + c for c in w[1:]] for w in sorted(counts)]
         self.frequency = [counts[w] for w in sorted(counts)]
-        pieces = sorted({piece for word in self.words for piece in word}, key=lambda p: (p.startswith("##"), p))
+        pieces = {piece for word in self.words for piece in word} | set(alphabet)
+        pieces = sorted(pieces, key=lambda p: (bool(continuation) and p.startswith(continuation), p))
         self.ids = {piece: i for i, piece in enumerate(pieces)}
+        self.learned = []  # the merged pairs, in order
         self.pair_counts = collections.Counter()
         self.where = collections.defaultdict(set)  # pair -> indices of the words that may hold it
         for i, word in enumerate(self.words):
@@ -105,8 +123,9 @@ class _Merges:
 
     def merge(self, pair):
         """Merges `pair` in every word into a new piece; returns the pairs whose count rose."""
-        merged = pair[0] + pair[1].removeprefix("##")
+        merged = pair[0] + (pair[1].removeprefix(self.continuation) if self.continuation else pair[1])
         self.ids.setdefault(merged, len(self.ids))
+        self.learned.append(pair)
         change = collections.defaultdict(int)
         for i in self.where.pop(pair):
             self.words[i] = self._merge_word(i, pair, merged, change)

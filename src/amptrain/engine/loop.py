@@ -302,6 +302,7 @@ class _Loop:
             "grad_norm": window.grad_norm,
             "tokens_per_second": window.tokens_per_second(),
             "padded_tokens_per_second": window.tokens_per_second(padded=True),
+            **window.token_figures(),
             **self.utilisation.figures(window),
             "wall_time": time.time(),
         }

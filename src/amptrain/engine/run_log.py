@@ -324,6 +324,13 @@ class Window:
         """The mean loss of the applied steps (NaN when every step was skipped)."""
         return self.loss_total / self.applied_steps if self.applied_steps else float("nan")
 
+    def token_figures(self):
+        """Real tokens a step, and real over padded ones (1.0 for packed blocks: language models)."""
+        return {
+            "tokens_per_step": self.tokens[0] / max(self.steps, 1),
+            "real_over_padded": self.tokens[0] / max(self.tokens[1], 1),
+        }
+
     def tokens_per_second(self, padded=False):
         elapsed = max(time.time() - self.started, 1e-9)
         return self.tokens[1 if padded else 0] / elapsed

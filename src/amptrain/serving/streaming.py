@@ -74,7 +74,7 @@ def _chunks(lines, size):
         yield chunk
 
 
-def predictor(run_dir, skip_blank, load_run, trust=False):
+def predictor(run_dir, skip_blank, load_run, trust=False, overrides=()):
     """texts -> records with the run's best checkpoint (`load_run`: `api.load_run`, handed down
     so that serving imports nothing above it) or the export's SavedModel, built once."""
     from amptrain.serving.served import export_predictor, find_export
@@ -82,7 +82,7 @@ def predictor(run_dir, skip_blank, load_run, trust=False):
     exported = find_export(run_dir)
     if exported is not None:
         return export_predictor(exported, skip_blank, trust)
-    task, model, predict_fn, _ = load_run(run_dir, (), trust)
+    task, model, predict_fn, _ = load_run(run_dir, (), trust, overrides)
 
     def predict(texts):
         if skip_blank and not task.keeps_blank_lines:
@@ -92,12 +92,14 @@ def predictor(run_dir, skip_blank, load_run, trust=False):
     return predict
 
 
-def predict_lines(run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None, trust=False):
+def predict_lines(
+    run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None, trust=False, overrides=()
+):
     """Yields one record a line of `lines` (blank ones skipped, except by translation), a
     chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
     stream = stream if stream is not None else sys.stderr
     interactive = stream.isatty()
-    predict = predictor(run_dir, skip_blank, load_run, trust)
+    predict = predictor(run_dir, skip_blank, load_run, trust, overrides)
     started = shown = time.time()
     done = written = 0
     for chunk in _chunks(lines, chunk_lines):

@@ -66,6 +66,7 @@ class Task(abc.ABC):
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
     accepts_pretrained = False  # may `model.pretrained` name an encoder for it
     reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
+    reads_corpora = False  # data.train (dev, test) may each be a file, a folder or a glob of files
     # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
     # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None

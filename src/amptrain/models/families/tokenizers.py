@@ -94,7 +94,7 @@ class BytePairPieces(_Pieces):
 
     def __init__(self, vocabulary_path, merges_path, pad_id, specials=("<s>", "</s>", "<unk>")):
         import keras_hub
-        from tokenizers import Tokenizer, models, pre_tokenizers
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         with open(vocabulary_path, encoding="utf-8") as f:
             vocabulary = json.load(f)
@@ -104,10 +104,22 @@ class BytePairPieces(_Pieces):
         pairs = [tuple(merge.split(" ")) for merge in merges]
         self._fast = Tokenizer(models.BPE(vocab=vocabulary, merges=pairs))
         self._fast.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        self._fast.decoder = decoders.ByteLevel()
         super().__init__(sorted(vocabulary, key=vocabulary.get), pad_id, specials)
 
     def _tokenize(self, texts):
         return self._tokenizer.tokenize(texts)
+
+    def decode(self, ids):
+        """The text of amptrain's piece ids (byte-level pieces back to UTF-8; bytes that end
+        mid-character become U+FFFD, as `transformers` decodes them)."""
+        raw = swapped(np.asarray(ids, dtype=np.int32), self.pad_id).tolist()
+        return self._fast.decode(raw, skip_special_tokens=False)
+
+    def graph_detokenize(self, ids):
+        """`decode` in TensorFlow ops (keras-hub's), for an export: ragged or dense int ids
+        (a row a text) -> a string a row."""
+        return self._tokenizer.detokenize(swapped(ids, self.pad_id))
 
     def encode(self, texts, chunk_size=4096):
         """One int32 array of amptrain's piece ids a text, as `graph_tokenize` gives them."""
@@ -119,7 +131,7 @@ class BytePairPieces(_Pieces):
         return result
 
     @classmethod
-    def shared(cls, vocabulary_path, merges_path, pad_id):
+    def shared(cls, vocabulary_path, merges_path, pad_id, specials=("<s>", "</s>", "<unk>")):
         """The tokenizer this process built first for files of the same bytes and the same
         `pad_id`, else a new one (kept for the next: the last 8), as `WordPiece.shared`: a new
         one's first call traces and optimizes keras-hub's BPE graph (1.3 s). SentencePieces
@@ -129,7 +141,7 @@ class BytePairPieces(_Pieces):
         for path in (vocabulary_path, merges_path):
             with open(path, "rb") as f:
                 digest.update(hashlib.sha256(f.read()).digest())
-        return _shared_byte_pairs(vocabulary_path, merges_path, digest.hexdigest(), pad_id)
+        return _shared_byte_pairs(vocabulary_path, merges_path, digest.hexdigest(), pad_id, tuple(specials))
 
 
 class SentencePieces(_Pieces):
@@ -166,5 +178,5 @@ class SentencePieces(_Pieces):
 
 
 @functools.lru_cache(maxsize=8)
-def _shared_byte_pairs(vocabulary_path, merges_path, digest, pad_id):
-    return BytePairPieces(vocabulary_path, merges_path, pad_id)
+def _shared_byte_pairs(vocabulary_path, merges_path, digest, pad_id, specials):
+    return BytePairPieces(vocabulary_path, merges_path, pad_id, specials)

@@ -1,0 +1,130 @@
+"""Continuing prompts: greedy, or sampled with a temperature, top-k and top-p under a seed, a
+position a step over cached keys and values, in one fixed-shape loop that XLA compiles once.
+
+    settings = Settings(max_new_tokens=64, temperature=0.8, top_k=40, top_p=0.95, seed=1)
+    out = generate(model, prompt_ids, prompt_lengths, eod_id, settings)   # (batch, length) ids
+    continuation(out[i], prompt_lengths[i], eod_id)                         # row i's new pieces
+
+Each prompt starts with the end-of-document piece (a document's start in training). Step t
+feeds the piece at position t (the prompt's while t is inside it, else the one generated)
+and, from the prompt's last position on, picks the next: a row stops at the end-of-document
+piece or after `max_new_tokens`, and the loop when every row has, or at the model's length.
+The same seed gives the same text: sampling is `stateless_categorical` keyed by (seed, t).
+`greedy_by_recomputing` runs the whole prefix again each step, the slow reference the
+cached loop must equal.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """`[generate]`: how `predict` and the export continue a prompt."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0: greedy, the most likely piece each step
+    top_k: int = 0  # > 0: sample among the k most likely pieces only
+    top_p: float = 1.0  # < 1: sample among the most likely pieces whose probabilities sum to top_p
+    seed: int = 0
+
+
+def generate(model, prompt_ids, prompt_lengths, eod_id, settings):
+    """(batch, length) int32: each row its prompt, then its continuation, then padding (0).
+    `prompt_ids` (batch, length of the longest prompt); the settings as tensors or numbers."""
+    return _generate(
+        model,
+        tf.convert_to_tensor(prompt_ids, tf.int32),
+        tf.convert_to_tensor(prompt_lengths, tf.int32),
+        tf.constant(eod_id, tf.int32),
+        *(tf.convert_to_tensor(v, d) for v, d in zip(dataclasses.astuple(settings), SETTING_DTYPES)),
+    )
+
+
+SETTING_DTYPES = (tf.int32, tf.float32, tf.int32, tf.float32, tf.int32)
+
+
+def graph_generate(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed):
+    """`generate` inside a graph being traced (the export's): every argument a tensor."""
+    return _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed)
+
+
+@tf.function(autograph=False, reduce_retracing=True)
+def _generate(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed):
+    return _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed)
+
+
+def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed):
+    batch = tf.shape(prompt_ids)[0]
+    length = model.max_length
+    out = tf.pad(prompt_ids, [[0, 0], [0, length - tf.shape(prompt_ids)[1]]])[:, :length]
+    limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
+    caches = model.empty_caches(batch, length)
+
+    def running(t, out, done, caches):
+        return tf.logical_and(t < length - 1, tf.logical_not(tf.reduce_all(done)))
+
+    def step(t, out, done, caches):
+        logits, caches = model.step(out[:, t], t, caches)
+        chosen = pick(logits, temperature, top_k, top_p, tf.stack([seed, t]))
+        writes = tf.logical_and(t + 1 >= prompt_lengths, tf.logical_not(done))  # past the prompt, still going
+        writes = tf.logical_and(writes, t + 1 < limit)
+        column = tf.cast(tf.range(length) == t + 1, tf.int32)[None]
+        new = tf.where(writes, chosen, 0)[:, None]
+        out = out * (1 - column * tf.cast(writes, tf.int32)[:, None]) + new * column
+        done = tf.logical_or(done, tf.logical_and(writes, chosen == eod_id))
+        done = tf.logical_or(done, t + 2 >= limit)
+        return t + 1, out, done, caches
+
+    done = prompt_lengths >= limit
+    _, out, _, _ = tf.while_loop(running, step, (tf.constant(0), out, done, caches))
+    return out
+
+
+def pick(logits, temperature, top_k, top_p, seed):
+    """The next piece of each row: the argmax when `temperature` is 0, else a sample of
+    softmax(logits / temperature) kept to the `top_k` most likely (0: all) and to the most
+    likely whose probabilities sum to `top_p`."""
+    greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    scaled = logits / tf.maximum(temperature, 1e-6)
+    vocabulary = tf.shape(logits)[-1]
+    k = tf.where(top_k > 0, tf.minimum(top_k, vocabulary), vocabulary)
+    ordered = tf.sort(scaled, axis=-1, direction="DESCENDING")
+    kth = tf.gather(ordered, k - 1, axis=-1)[:, None]
+    probabilities = tf.nn.softmax(ordered, axis=-1)
+    before = tf.cumsum(probabilities, axis=-1, exclusive=True)  # the mass of the more likely ones
+    kept = tf.where(before < top_p, ordered, tf.fill(tf.shape(ordered), np.float32(np.inf)))
+    floor = tf.reduce_min(kept, axis=-1, keepdims=True)  # the least likely logit top_p keeps
+    cut = tf.maximum(kth, floor)
+    masked = tf.where(scaled >= cut, scaled, tf.fill(tf.shape(scaled), np.float32(-np.inf)))
+    sampled = tf.cast(tf.random.stateless_categorical(masked, 1, seed)[:, 0], tf.int32)
+    return tf.where(temperature > 0, sampled, greedy)
+
+
+def continuation(row, prompt_length, eod_id):
+    """The pieces `generate` wrote after a prompt of `prompt_length`, up to the end of document."""
+    row = np.asarray(row)[prompt_length:]
+    ends = np.flatnonzero((row == eod_id) | (row == 0))
+    return row[: ends[0]] if len(ends) else row
+
+
+def greedy_by_recomputing(model, prompt, eod_id, max_new_tokens):
+    """Greedy pieces after `prompt` (1-D ids, starting with the end-of-document piece), each
+    step running the model over the whole prefix again: no cache, the reference."""
+    ids = list(prompt)
+    for _ in range(max_new_tokens):
+        if len(ids) >= model.max_length:
+            break
+        length = len(ids)
+        features = {
+            "token_ids": tf.constant([ids], tf.int32),
+            "segment_ids": tf.zeros((1, length), tf.int32),
+            "positions": tf.range(length, dtype=tf.int32)[None],
+        }
+        chosen = int(tf.argmax(model(features, training=False)[0, -1]))
+        ids.append(chosen)
+        if chosen == eod_id:
+            break
+    return np.array(ids[len(prompt) :], np.int32)

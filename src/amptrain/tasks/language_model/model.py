@@ -1,0 +1,198 @@
+"""A decoder-only Transformer: pre-norm blocks of causal self-attention, learned positions,
+and input and output embeddings tied.
+
+    model = LanguageModel(vocabulary_size=4096, max_length=256, model_config=config.model,
+                          dtype="mixed_bfloat16")
+    logits = model({"token_ids": ids, "segment_ids": segments, "positions": positions})
+    logits, caches = model.step(token_ids, index, caches)   # one position, keys and values cached
+
+A block of packed documents attends within each document only: position q sees key k when
+k <= q and both carry the same segment id, and positions count from each document's start,
+so a document's losses are the same packed with others or alone. The logits are a float32
+island (the tied embedding's transpose, in float32): the softmax over the vocabulary and
+the loss are unsafe in half precision.
+"""
+
+from types import SimpleNamespace
+
+import keras
+from keras import ops
+
+from amptrain.models.blocks import Attention
+from amptrain.models.dropout import Dropout
+from amptrain.models.islands import float32_island
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class CausalSelfAttention(Attention):
+    """`blocks.Attention` of a sequence over itself under a causal mask: a position attends to
+    itself and the positions before it, so on average to half the keys (`hardware/flops.py`
+    counts half the attention's width)."""
+
+    causal = True
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class CausalBlock(keras.layers.Layer):
+    """Pre-norm: x + attention(norm(x)) over the kept keys, then x + ffn(norm(x))."""
+
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_dim, self.num_heads, self.intermediate_dim, self.dropout = (
+            hidden_dim,
+            num_heads,
+            intermediate_dim,
+            dropout,
+        )
+        policy = self.dtype_policy
+        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
+        self.attention = CausalSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
+        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
+        self.residual_dropout = Dropout(dropout, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.attention_norm, self.attention, self.ffn_norm, self.ffn_in):
+            layer.build(input_shape)
+        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
+
+    def call(self, x, keep, training=False):
+        """`keep`: bool (batch, query, key), True where a query may see a key."""
+        normed = self.attention_norm(x)
+        x = x + self.residual_dropout(self.attention(normed, normed, keep, training=training), training=training)
+        return self._ffn(x, training)
+
+    def _ffn(self, x, training=False):
+        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
+        return x + self.residual_dropout(transformed, training=training)
+
+    def step(self, x, index, cache_key, cache_value):
+        """Position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value go
+        into the caches (batch, heads, max_length, head_dim) by a one-hot blend (a shape that
+        never changes: the loop compiles once), and it attends to positions 0..index."""
+        normed = self.attention_norm(x)
+        key, value = self.attention.keys_values(normed)
+        max_length = ops.shape(cache_key)[2]
+        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
+        cache_key = cache_key * (1 - at_index) + ops.cast(key, cache_key.dtype) * at_index
+        cache_value = cache_value * (1 - at_index) + ops.cast(value, cache_value.dtype) * at_index
+        seen = (ops.arange(max_length) <= index)[None, None, :]
+        x = x + self.attention.attend(normed, cache_key, cache_value, seen)
+        return self._ffn(x), cache_key, cache_value
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+        }
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class TiedLogits(keras.layers.Layer):
+    """Logits over the vocabulary: the states times the token embedding's transpose, in float32."""
+
+    float32_reason = "the logits feed a softmax over the whole vocabulary, a sum half precision cannot hold"
+
+    def __init__(self, embedding=None, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def call(self, x):
+        table = ops.cast(self.embedding.embeddings, "float32")
+        return ops.matmul(ops.cast(x, "float32"), ops.transpose(table))
+
+    def matmul_parameters(self):
+        """The weights multiplied once a token (`hardware/flops.py` counts them)."""
+        shape = self.embedding.embeddings.shape
+        return int(shape[0]) * int(shape[1])
+
+
+@keras.saving.register_keras_serializable(package="amptrain")
+class LanguageModel(keras.Model):
+    """Features: token_ids, segment_ids (a document's number within its block; -1 pads) and
+    positions (counted from each document's start), each (batch, length). `model_config`:
+    the config's `model` section or a dict of its fields."""
+
+    def __init__(self, vocabulary_size, max_length, model_config, dtype, **kwargs):
+        kwargs.setdefault("name", "language_model")
+        super().__init__(**kwargs)
+        c = SimpleNamespace(**model_config) if isinstance(model_config, dict) else model_config
+        self.vocabulary_size, self.max_length = vocabulary_size, max_length
+        self.hidden_dim, self.num_heads, self.intermediate_dim = c.hidden_dim, c.num_heads, c.intermediate_dim
+        self.num_layers, self.dropout = c.num_layers, c.dropout
+        self.layers_dtype = keras.dtype_policies.get(dtype).name
+        self.token_embedding = keras.layers.Embedding(vocabulary_size, c.hidden_dim, dtype=dtype, name="tokens")
+        self.position_embedding = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="positions")
+        self.embedding_dropout = Dropout(c.dropout, dtype=dtype)
+        # One attribute a block: TensorFlow checkpoints follow attributes, not a list of layers.
+        for i in range(c.num_layers):
+            block = CausalBlock(
+                c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}"
+            )
+            setattr(self, f"block_{i}", block)
+        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")
+        logits = TiedLogits(self.token_embedding, dtype="float32", name="logits")
+        self.logits = float32_island(logits, "the logits feed a softmax over the vocabulary and the loss")
+
+    @property
+    def blocks(self):
+        return [getattr(self, f"block_{i}") for i in range(self.num_layers)]
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.hidden_dim)
+        self.token_embedding.build((None, None))
+        self.position_embedding.build((None, None))
+        for block in self.blocks:
+            block.build(shape)
+        self.final_norm.build(shape)
+        self.logits.build(shape)
+        self.built = True
+
+    def call(self, features, training=False):
+        ids, segments, positions = features["token_ids"], features["segment_ids"], features["positions"]
+        x = self.token_embedding(ids) + self.position_embedding(positions)
+        x = self.embedding_dropout(x, training=training)
+        length = ops.shape(ids)[1]
+        order = ops.arange(length)
+        causal = (order[:, None] >= order[None, :])[None]  # (1, query, key)
+        same = ops.equal(segments[:, :, None], segments[:, None, :])  # (batch, query, key)
+        keep = ops.logical_and(causal, same)
+        for block in self.blocks:
+            x = block(x, keep, training=training)
+        return self.logits(self.final_norm(x))  # (batch, length, vocabulary) float32
+
+    def empty_caches(self, batch, length):
+        """Zero key and value caches of every block, (batch, heads, length, head_dim) each."""
+        head_dim = self.hidden_dim // self.num_heads
+        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
+        shape = (batch, self.num_heads, length, head_dim)
+        return [(ops.zeros(shape, dtype), ops.zeros(shape, dtype)) for _ in self.blocks]
+
+    def step(self, token_ids, index, caches):
+        """(logits (batch, vocabulary) of the piece after position `index`, the caches with it):
+        `token_ids` (batch,) is the piece at `index`, one document from position 0."""
+        x = self.token_embedding(token_ids[:, None]) + self.position_embedding(ops.reshape(index, (1, 1)))
+        updated = []
+        for block, (key, value) in zip(self.blocks, caches):
+            x, key, value = block.step(x, index, key, value)
+            updated.append((key, value))
+        return self.logits(self.final_norm(x))[:, 0], updated
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "vocabulary_size": self.vocabulary_size,
+            "max_length": self.max_length,
+            "dtype": self.layers_dtype,
+            "model_config": {
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+            },
+        }

@@ -1,0 +1,306 @@
+"""The language-model task: a decoder-only Transformer trained on next-piece prediction over
+a text corpus, scored in bits per byte, continuing prompts.
+
+    [data] train = "data/lm-kjv/train.txt"   # a file, a folder or a glob; a blank line ends a document
+           max_length = 256                  # a block: pieces a training row, and the model's length
+
+The training text gives a byte-level BPE (`vocabulary.py`); each split is tokenized into a
+token file in the run folder (`corpus.py`), read a block at a time through a memory map.
+Blocks are packed: a row is `max_length` pieces of consecutive documents with no padding,
+and segment ids and positions keep attention inside each document (`model.py`). Batch N
+is a pure function of (seed, N), a permutation of the blocks an epoch, so resuming is
+starting at the checkpoint's step.
+
+Scores, on dev and test: loss and perplexity per piece, and bits per byte (the nats over
+every piece of the split, scored once, / ln 2 / the split's UTF-8 bytes), which do not
+depend on the tokenizer; the best checkpoint is the one of the lowest dev bits per byte.
+"""
+
+import json
+import logging
+import math
+import os
+
+import numpy as np
+
+from amptrain.errors import DataError
+from amptrain.tasks.base import Split, Task
+from amptrain.tasks.language_model import corpus, vocabulary
+from amptrain.tasks.language_model.generation import Settings
+from amptrain.tasks.language_model.serving import GeneratorModule
+
+logger = logging.getLogger("amptrain")
+EVAL_BATCHES = 4  # blocks scored a predict call, so the logits of a whole split are never held
+
+
+class LanguageModelTask(Task):
+    primary_metric = "bits_per_byte"
+    higher_is_better = False
+    predictions_suffix = ".jsonl"
+    formats = ("auto", "text")
+    config_sections = {"generate": Settings}
+    untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
+    reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
+    serving_module = GeneratorModule
+
+    def __init__(self, config, run_dir):
+        super().__init__(config, run_dir)
+        self.labels = None
+        self.tokenizer = None
+
+    # === Data ===
+
+    def learned_files(self):
+        return [vocabulary.VOCABULARY_FILE, vocabulary.MERGES_FILE]
+
+    def prepare(self, split_names=("train", "dev", "test")):
+        d = self.config.data
+        paths = {"train": d.train, "dev": d.dev, "test": d.test}
+        files = {name: corpus.corpus_files(paths[name]) for name in split_names if paths.get(name)}
+        self.tokenizer = self._load_or_learn_vocabulary(files.get("train") or corpus.corpus_files(d.train))
+        for name, split_files in files.items():
+            self._add_split(name, split_files)
+        if "train" in self.splits:
+            train = self.splits["train"]
+            logger.info(
+                f"data: {train.encoded['tokens_total']:,} training pieces ({train.encoded['bytes']:,} bytes) in "
+                f"{self.blocks('train')} blocks of {d.max_length}, vocabulary {self.tokenizer.size}"
+            )
+
+    def add_split(self, name, path):
+        self._add_split(name, corpus.corpus_files(path))
+
+    def _add_split(self, name, files):
+        """Tokenizes `files` into the run folder's token file of `name` (again when it is
+        missing or older than a file), and keeps the split: its token map and byte size."""
+        path = os.path.join(self.run_dir, f"tokens-{name}.bin")
+        newest = max(os.path.getmtime(f) for f in files)
+        if not os.path.exists(path + ".dtype") or os.path.getmtime(path) < newest:
+            count = corpus.write_tokens(files, self.tokenizer, self.eod_id, path)
+            logger.info(f"tokenized {name}: {count:,} pieces from {len(files)} file(s) into {path}")
+        tokens = corpus.read_tokens(path)
+        if len(tokens) < 2:
+            raise DataError(f"{files[0]}: no text in the {name} split; expected documents of text")
+        encoded = {"tokens": tokens, "tokens_total": len(tokens), "bytes": corpus.corpus_bytes(files)}
+        self.splits[name] = Split(name, files[0], files, encoded, np.zeros(0, np.int32))
+
+    def _load_or_learn_vocabulary(self, train_files):
+        if not os.path.exists(os.path.join(self.run_dir, vocabulary.VOCABULARY_FILE)):
+            size = self.config.data.vocabulary_size
+            logger.info(f"learning a byte-level BPE of {size} pieces on {self.config.data.train}")
+            pieces, merges = vocabulary.learn(corpus.documents(train_files), size)
+            vocabulary.save(pieces, merges, self.run_dir)
+        return vocabulary.load(self.run_dir)
+
+    @property
+    def eod_id(self):
+        return self.tokenizer.end_id
+
+    def blocks(self, split_name, scored=False):
+        """Blocks of `split_name`: whole ones for training (a block is max_length pieces and the
+        next one, its targets), or enough to score every piece once (`scored`: the last one short)."""
+        targets = self.splits[split_name].encoded["tokens_total"] - 1
+        length = self.config.data.max_length
+        return -(-targets // length) if scored else max(1, targets // length)
+
+    def block_builder(self, split_name):
+        """(block indices, length) -> one batch of blocks: (features, targets, token counts);
+        index -1 is a padding row, and a short last block is padded with pieces of weight 0."""
+        tokens = self.splits[split_name].encoded["tokens"]
+        eod = self.eod_id
+
+        def build(indices, length):
+            rows = len(indices)
+            ids = np.zeros((rows, length), np.int32)
+            labels = np.zeros((rows, length), np.int32)
+            weights = np.zeros((rows, length), np.float32)
+            for row, index in enumerate(indices):
+                if index < 0:
+                    continue
+                piece = np.asarray(tokens[index * length : index * length + length + 1], np.int32)
+                real = len(piece) - 1
+                ids[row, :real], labels[row, :real], weights[row, :real] = piece[:-1], piece[1:], 1.0
+            segments, positions = segments_and_positions(ids, eod, weights > 0)
+            real = weights.sum(axis=1).astype(np.int32)
+            counts = np.stack([real, np.full(rows, length, np.int32)], axis=1)
+            features = {"token_ids": ids, "segment_ids": segments, "positions": positions}
+            return features, {"labels": labels, "weights": weights}, counts
+
+        return build
+
+    def signature(self):
+        import tensorflow as tf
+
+        ids = tf.TensorSpec((None, None), tf.int32)
+        return (
+            {"token_ids": ids, "segment_ids": ids, "positions": ids},
+            {"labels": ids, "weights": tf.TensorSpec((None, None), tf.float32)},
+            tf.TensorSpec((None, 2), tf.int32),
+        )
+
+    def plan(self, split_name, shuffle):
+        rows = self.config.train.batch_size
+        return BlockPlan(self.blocks(split_name, scored=not shuffle), rows, self.config.data.max_length,
+                         self.config.runtime.seed, shuffle)  # fmt: skip
+
+    @property
+    def steps_per_epoch(self):
+        return self.plan("train", shuffle=True).steps_per_epoch
+
+    def train_dataset(self, start_step):
+        from amptrain.data.pipeline import plan_dataset
+
+        return plan_dataset(self.plan("train", True), self.block_builder("train"), self.signature(), start_step)
+
+    def train_buckets(self):
+        return [(self.config.data.max_length, self.config.train.batch_size)]
+
+    def probe_batches(self):
+        from amptrain.data.pipeline import plan_dataset
+
+        plan = self.plan("train", shuffle=True)
+
+        class One:
+            steps_per_epoch = 1
+
+            def batch(self, index):
+                return plan.batch(0)
+
+        dataset = plan_dataset(One(), self.block_builder("train"), self.signature()).repeat()
+        return dataset, (self.config.train.batch_size, self.config.data.max_length)
+
+    # === Model and loss ===
+
+    def build_model(self, dtype):
+        from amptrain.tasks.language_model.model import LanguageModel
+
+        d = self.config.data
+        model = LanguageModel(self.tokenizer.size, d.max_length, self.config.model, dtype)
+        model.build()
+        return model
+
+    def loss(self, targets, outputs):
+        """The cross-entropy of every real next piece, summed, and their number: float32."""
+        import tensorflow as tf
+
+        log_probabilities = tf.nn.log_softmax(tf.cast(outputs, tf.float32))
+        gold = tf.gather(log_probabilities, targets["labels"], batch_dims=2)
+        return -tf.reduce_sum(gold * targets["weights"]), tf.reduce_sum(targets["weights"])
+
+    # === Evaluation and prediction ===
+
+    def evaluate(self, split_name, model, predict, predictions_path=None, quick=False):
+        """{"loss", "perplexity", "bits_per_byte", "bytes", "tokens"} of every piece of the
+        split, each scored once; with `predictions_path`, the same as a JSON line."""
+        from amptrain.data.pipeline import plan_dataset
+
+        split = self.splits[split_name]
+        plan = self.plan(split_name, shuffle=False)
+        build = self.block_builder(split_name)
+        nats, count = 0.0, 0
+        for first in range(0, plan.steps_per_epoch, EVAL_BATCHES):
+            steps = min(EVAL_BATCHES, plan.steps_per_epoch - first)
+            batches = [build(*plan.batch(step)) for step in range(first, first + steps)]
+            outputs = predict(plan_dataset(plan, build, self.signature(), first, steps))
+            for (_, targets, _), logits in zip(batches, outputs):
+                nats += float(token_nats(logits, targets["labels"], targets["weights"]))
+                count += int(targets["weights"].sum())
+        metrics = scores(nats, count, split.encoded["bytes"])
+        if predictions_path:
+            with open(predictions_path + self.predictions_suffix, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"split": split_name, "files": split.examples, **metrics}) + "\n")
+        return metrics
+
+    def predict_texts(self, texts, model, predict):
+        """Each prompt continued as `[generate]` says: {"text", "generated"}."""
+        from amptrain.tasks.language_model.generation import continuation, generate
+
+        settings = self.config.generate
+        if not texts:
+            return []
+        prompts, lengths = self.prompt_ids(texts, settings.max_new_tokens)
+        out = generate(model, prompts, lengths, self.eod_id, settings).numpy()
+        records = []
+        for text, row, length in zip(texts, out, lengths):
+            records.append({"text": text, "generated": self.tokenizer.decode(continuation(row, length, self.eod_id))})
+        return records
+
+    def prompt_ids(self, texts, max_new_tokens):
+        """(batch, longest) prompt ids, each the end-of-document piece then the text's pieces
+        (the last ones that leave `max_new_tokens` of the model's length), and their lengths."""
+        keep = max(1, self.config.data.max_length - max(1, max_new_tokens) - 1)
+        encoded = [
+            np.concatenate([[self.eod_id], ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)
+        ]
+        lengths = np.array([len(ids) for ids in encoded], np.int32)
+        prompts = np.zeros((len(encoded), lengths.max()), np.int32)
+        for row, ids in enumerate(encoded):
+            prompts[row, : len(ids)] = ids
+        return prompts, lengths
+
+    @classmethod
+    def check_config(cls, config):
+        from amptrain.config import require
+
+        super().check_config(config)
+        g = config.generate
+        require(g.max_new_tokens >= 1, "generate.max_new_tokens", "an integer >= 1", g.max_new_tokens)
+        require(g.temperature >= 0, "generate.temperature", "a number >= 0 (0: greedy)", g.temperature)
+        require(g.top_k >= 0, "generate.top_k", "an integer >= 0 (0: every piece)", g.top_k)
+        require(0 < g.top_p <= 1, "generate.top_p", "a number in (0, 1]", g.top_p)
+
+
+class BlockPlan:
+    """Which blocks make batch N: a permutation of the blocks an epoch seeded by (seed, epoch),
+    `rows` a batch (the last ones short of a batch are left for the next epoch's order), or
+    every block once in order (`shuffle=False`, the last batch padded with -1)."""
+
+    def __init__(self, num_blocks, rows, length, seed, shuffle):
+        self.num_blocks, self.rows, self.length, self.seed, self.shuffle = num_blocks, rows, length, seed, shuffle
+        self.steps_per_epoch = max(1, num_blocks // rows) if shuffle else -(-num_blocks // rows)
+        self._order = None
+
+    def batch(self, step):
+        epoch, within = divmod(step, self.steps_per_epoch)
+        if self.shuffle:
+            if self._order is None or self._order[0] != epoch:
+                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
+                self._order = (epoch, order)
+            indices = self._order[1][within * self.rows : (within + 1) * self.rows]
+        else:
+            indices = np.arange(within * self.rows, min((within + 1) * self.rows, self.num_blocks))
+        padded = np.full(self.rows, -1, np.int64)
+        padded[: len(indices)] = indices
+        return padded, self.length
+
+
+def segments_and_positions(ids, eod_id, real):
+    """Each piece's document number within its row (from 0; a new one at each end-of-document
+    piece, the start of the next) and its position from its document's start; padding -1, 0."""
+    starts = ids == eod_id
+    segments = np.cumsum(starts, axis=1).astype(np.int32)
+    columns = np.arange(ids.shape[1])
+    last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
+    positions = (columns - last_start).astype(np.int32)
+    return np.where(real, segments, -1), np.where(real, positions, 0)
+
+
+def token_nats(logits, labels, weights):
+    """The summed cross-entropy (nats) of the weighted pieces, in float64."""
+    logits = np.asarray(logits, np.float64)
+    top = logits.max(axis=-1, keepdims=True)
+    log_normalizer = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]
+    gold = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    return float(((log_normalizer - gold) * weights).sum())
+
+
+def scores(nats, count, size):
+    """Loss and perplexity per piece, bits per byte, and what they were taken over."""
+    loss = nats / max(count, 1)
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)),
+        "bits_per_byte": nats / math.log(2) / max(size, 1),
+        "bytes": int(size),
+        "tokens": int(count),
+    }
