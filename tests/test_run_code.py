@@ -91,3 +91,17 @@ def test_a_module_moved_since_fit_is_named(run_folder, tmp_path):
 def test_a_bad_task_path_is_one_line(name, says):
     message = refusal(lambda: registry.task_class(name))
     assert says in message and "\n" not in message
+
+
+def test_a_module_planted_beside_a_trusted_one_is_not_the_one_imported(run_folder, tmp_path):
+    """The run folder's config points task_path at the module this user trained with, and
+    carries a module of the same name itself: the trusted one is checked and imported."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "planted_task.py").write_text(PLANTED.replace('with_name("ran")', 'with_name("mine ran")'))
+    registry.task_class("planted_task:PlantedTask", [str(mine)])  # `fit` with the user's own
+    registry.trust_task_code("planted_task:PlantedTask")
+    sys.modules.pop("planted_task")
+    sys.path[:] = [p for p in sys.path if p != str(mine)]
+    registry.task_class("planted_task:PlantedTask", [str(mine), str(run_folder)], carried_by=str(run_folder))
+    assert (mine / "mine ran").exists() and not (run_folder / "ran").exists()

@@ -25,16 +25,18 @@ def fit(config_path, overrides=(), run_dir=None, overwrite=False):
     return api.fit(config_path, overrides, run_dir=run_dir, overwrite=overwrite)
 
 
-def evaluate(run_dir, split="test", data=None):
+def evaluate(run_dir, split="test", data=None, trust_run_code=False):
     from amptrain import api
 
-    return api.evaluate(run_dir, split=split, data=data)
+    return api.evaluate(run_dir, split=split, data=data, trust_run_code=trust_run_code)
 
 
-def predict(run_dir, texts):
+def predict(run_dir, texts, overrides=(), trust_run_code=False):
+    """One record a text (`amptrain.api.predict`); `overrides`: how to continue or decode,
+    e.g. ["generate.temperature=0.8", "generate.seed=1"]."""
     from amptrain import api
 
-    return api.predict(run_dir, texts)
+    return api.predict(run_dir, texts, trust_run_code=trust_run_code, overrides=overrides)
 
 
 def audit(config_or_model, overrides=(), policy=None, loss_scale="auto", inputs=None):

@@ -72,9 +72,13 @@ def task_class(name, search=(), carried_by=None, trust=False):
             f"task: expected one of {', '.join(TASKS)} or a task class by import path "
             f'("module:Class", dotted names, e.g. "mytasks:SentencePairs"), received {name!r}'
         )
+    checked = None
     if carried_by is not None and not trust and not is_builtin(name):
-        check_task_code(name, search, carried_by)
+        checked = check_task_code(name, search, carried_by)
     cls = import_object(path, search, what="task")
+    imported = getattr(sys.modules.get(path.partition(":")[0]), "__file__", None)
+    if checked is not None and imported and os.path.abspath(imported) != checked:  # never expected
+        raise ConfigError(f"{carried_by}: task {name!r} was checked at {checked} but imported from {imported}")
     if not (isinstance(cls, type) and any(_is_the_contract(base) for base in cls.__mro__)):
         raise ConfigError(f"task: {name!r} is {cls!r}, not a subclass of amptrain.Task (amptrain/tasks/base.py)")
     if inspect.isabstract(cls):
@@ -101,16 +105,19 @@ def trust_task_code(name):
 
 def check_task_code(name, search, carried_by):
     """Refuses, in one line naming TRUST_OPTION, the user task module that `carried_by`'s
-    config names unless this user trained with that very file here; imports nothing."""
+    config names unless this user trained with that very file here; imports nothing.
+    Returns the file checked (None: the module was imported already, nothing new runs)."""
     module_name = name.partition(":")[0]
-    if module_name in sys.modules:  # imported already: nothing new would run
-        return
+    if module_name in sys.modules:
+        return None
     file = find_module_file(module_name, search)
-    recorded = _read_json(os.path.join(carried_by, CODE_RECORD_FILE)) or {}
+    recorded = _read_json(os.path.join(carried_by, CODE_RECORD_FILE))
+    recorded = recorded if isinstance(recorded, dict) else {}
     if file is not None and os.path.exists(_trust_path(file, _sha256(file))):
-        return
+        return file
     if file is None:
-        found = "whose module is not found" + (f" (`fit` imported it from {recorded['file']})" if recorded else "")
+        where = recorded.get("file")
+        found = "whose module is not found" + (f" (`fit` imported it from {where})" if where else "")
     elif not recorded:
         found = f"code in {file} that this folder does not say `fit` ran (made elsewhere, or by an older amptrain)"
     elif recorded.get("file") != file:
@@ -126,9 +133,10 @@ def check_task_code(name, search, carried_by):
 
 
 def find_module_file(module_name, search=()):
-    """The file `import module_name` would run, found as the import system finds it
-    (`search`, then `sys.path`), without running anything; None if there is none."""
-    folders = [os.path.abspath(f) for f in search if _holds(os.path.abspath(f), module_name)]
+    """The file `import module_name` would run, found as the import system finds it (the
+    folders `import_object` puts first, then `sys.path`), without running anything; None if
+    there is none."""
+    folders = _search_folders(module_name, search)
     spec = None
     for i, part in enumerate(module_name.split(".")):
         where = [*folders, *sys.path] if i == 0 else list(spec.submodule_search_locations or [])
@@ -137,6 +145,16 @@ def find_module_file(module_name, search=()):
             return None
     origin = spec.origin
     return os.path.abspath(origin) if origin and os.path.isfile(origin) else None
+
+
+def _search_folders(module_name, search):
+    """The folders of `search` that hold `module_name`'s top package and are not on
+    `sys.path` yet, in order: where `import_object` looks first."""
+    found = []
+    for folder in map(os.path.abspath, search):
+        if folder not in sys.path and folder not in found and _holds(folder, module_name):
+            found.append(folder)
+    return found
 
 
 def _trust_path(file, sha256):
@@ -160,10 +178,7 @@ def _read_json(path):
 def import_object(path, search=(), what="object"):
     """The object "module:Name" names, its module imported from `search` or `sys.path`."""
     module_name, _, attribute = path.partition(":")
-    for folder in search:
-        folder = os.path.abspath(folder)
-        if folder not in sys.path and _holds(folder, module_name):
-            sys.path.insert(0, folder)
+    sys.path[:0] = _search_folders(module_name, search)  # in `search`'s order, before the rest
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
