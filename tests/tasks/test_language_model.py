@@ -55,16 +55,19 @@ max_new_tokens = 8
 """
 
 
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory):
-    """A folder with the first 40 KB of the KJV training text, 6 KB of dev, and `tiny.toml`."""
-    folder = tmp_path_factory.mktemp("lm")
-    with open(os.path.join(KJV, "train.txt"), encoding="utf-8") as f:
-        (folder / "train.txt").write_text(f.read(40_000), encoding="utf-8")
-    with open(os.path.join(KJV, "dev.txt"), encoding="utf-8") as f:
-        (folder / "dev.txt").write_text(f.read(6_000), encoding="utf-8")
+def write_tiny_corpus(folder):
+    """The first 40,000 characters of the KJV training text, 6,000 of dev, and `tiny.toml`
+    (TINY_LM_CONFIG) in `folder`; returns it."""
+    for name, size in (("train.txt", 40_000), ("dev.txt", 6_000)):
+        with open(os.path.join(KJV, name), encoding="utf-8") as f:
+            (folder / name).write_text(f.read(size), encoding="utf-8")
     (folder / "tiny.toml").write_text(TINY_LM_CONFIG.replace("{dir}", str(folder)))
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    return write_tiny_corpus(tmp_path_factory.mktemp("lm"))
 
 
 def test_documents_end_at_a_blank_line_or_a_files_end_and_a_folder_or_glob_names_files(tmp_path):

@@ -14,7 +14,7 @@ import time
 import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
 from serving.test_serve_process import Server
-from tasks.test_language_model import KJV, TINY_LM_CONFIG
+from tasks.test_language_model import write_tiny_corpus
 
 import amptrain
 from amptrain.engine.run_log import read_metrics
@@ -41,12 +41,7 @@ print(json.dumps({"greedy": [g.decode("utf-8", "replace") for g in greedy],
 
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lm-run")
-    with open(os.path.join(KJV, "train.txt"), encoding="utf-8") as f:
-        (folder / "train.txt").write_text(f.read(40_000), encoding="utf-8")
-    with open(os.path.join(KJV, "dev.txt"), encoding="utf-8") as f:
-        (folder / "dev.txt").write_text(f.read(6_000), encoding="utf-8")
-    (folder / "tiny.toml").write_text(TINY_LM_CONFIG.replace("{dir}", str(folder)))
+    folder = write_tiny_corpus(tmp_path_factory.mktemp("lm-run"))
     amptrain.fit(str(folder / "tiny.toml"), {"train.steps": 24}, run_dir=str(folder / "run"))
     return folder
 
