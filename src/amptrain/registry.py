@@ -113,7 +113,8 @@ def check_task_code(name, search, carried_by):
     file = find_module_file(module_name, search)
     recorded = _read_json(os.path.join(carried_by, CODE_RECORD_FILE))
     recorded = recorded if isinstance(recorded, dict) else {}
-    if file is not None and os.path.exists(_trust_path(file, _sha256(file))):
+    digest = _sha256(file) if file is not None else None
+    if file is not None and os.path.exists(_trust_path(file, digest)):
         return file
     if file is None:
         where = recorded.get("file")
@@ -122,7 +123,7 @@ def check_task_code(name, search, carried_by):
         found = f"code in {file} that this folder does not say `fit` ran (made elsewhere, or by an older amptrain)"
     elif recorded.get("file") != file:
         found = f"code in {file}, not where `fit` found it ({recorded.get('file')})"
-    elif recorded.get("sha256") != _sha256(file):
+    elif recorded.get("sha256") != digest:
         found = f"code in {file} that changed since `fit` ran it"
     else:
         found = f"code in {file} that this user has not run `fit` with on this machine"

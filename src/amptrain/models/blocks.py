@@ -164,6 +164,19 @@ class Attention(keras.layers.Layer):
         key, value = self.keys_values(context)
         return self.attend(x, key, value, mask, training)
 
+    def attend_cached(self, x, index, cache_key, cache_value):
+        """Self-attention of one position `index` (a scalar tensor) of x (batch, 1, hidden):
+        its key and value are written into the caches (batch, heads, max_length, head_dim)
+        by a one-hot blend (a shape that never changes: a decoding loop compiles once), and
+        it attends to positions 0..index. Returns (output, cache_key, cache_value)."""
+        key, value = self.keys_values(x)  # (batch, heads, 1, head_dim)
+        max_length = ops.shape(cache_key)[2]
+        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
+        cache_key = cache_key * (1 - at_index) + ops.cast(key, cache_key.dtype) * at_index
+        cache_value = cache_value * (1 - at_index) + ops.cast(value, cache_value.dtype) * at_index
+        seen = (ops.arange(max_length) <= index)[None, None, :]  # (1, 1, max_length)
+        return self.attend(x, cache_key, cache_value, seen), cache_key, cache_value
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -280,14 +293,10 @@ class DecoderBlock(keras.layers.Layer):
         """One position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value
         are written into the caches (batch, heads, max_length, head_dim), and it attends
         to positions 0..index. Returns (output, cache_key, cache_value)."""
-        normed = self.self_attention_norm(x)
-        key, value = self.self_attention.keys_values(normed)  # (batch, heads, 1, head_dim)
-        max_length = ops.shape(cache_key)[2]
-        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
-        cache_key = cache_key * (1 - at_index) + key * at_index
-        cache_value = cache_value * (1 - at_index) + value * at_index
-        seen = (ops.arange(max_length) <= index)[None, None, :]  # (1, 1, max_length)
-        x = x + self.self_attention.attend(normed, cache_key, cache_value, seen)
+        attended, cache_key, cache_value = self.self_attention.attend_cached(
+            self.self_attention_norm(x), index, cache_key, cache_value
+        )
+        x = x + attended
         x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
         return self._ffn(x), cache_key, cache_value
 

@@ -68,18 +68,12 @@ class CausalBlock(keras.layers.Layer):
         return x + self.residual_dropout(transformed, training=training)
 
     def step(self, x, index, cache_key, cache_value):
-        """Position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value go
-        into the caches (batch, heads, max_length, head_dim) by a one-hot blend (a shape that
-        never changes: the loop compiles once), and it attends to positions 0..index."""
-        normed = self.attention_norm(x)
-        key, value = self.attention.keys_values(normed)
-        max_length = ops.shape(cache_key)[2]
-        at_index = ops.cast(ops.arange(max_length) == index, cache_key.dtype)[None, None, :, None]
-        cache_key = cache_key * (1 - at_index) + ops.cast(key, cache_key.dtype) * at_index
-        cache_value = cache_value * (1 - at_index) + ops.cast(value, cache_value.dtype) * at_index
-        seen = (ops.arange(max_length) <= index)[None, None, :]
-        x = x + self.attention.attend(normed, cache_key, cache_value, seen)
-        return self._ffn(x), cache_key, cache_value
+        """Position `index` (a scalar tensor) of x (batch, 1, hidden) over the cached keys and
+        values (`blocks.Attention.attend_cached`); returns (output, cache_key, cache_value)."""
+        attended, cache_key, cache_value = self.attention.attend_cached(
+            self.attention_norm(x), index, cache_key, cache_value
+        )
+        return self._ffn(x + attended), cache_key, cache_value
 
     def get_config(self):
         return {

@@ -192,7 +192,7 @@ class LanguageModelTask(Task):
     def evaluate(self, split_name, model, predict, predictions_path=None, quick=False):
         """{"loss", "perplexity", "bits_per_byte", "bytes", "tokens"} of every piece of the
         split, each scored once; with `predictions_path`, the same as a JSON line."""
-        from amptrain.data.pipeline import plan_dataset
+        import tensorflow as tf
 
         split = self.splits[split_name]
         plan = self.plan(split_name, shuffle=False)
@@ -200,8 +200,9 @@ class LanguageModelTask(Task):
         nats, count = 0.0, 0
         for first in range(0, plan.steps_per_epoch, EVAL_BATCHES):
             steps = min(EVAL_BATCHES, plan.steps_per_epoch - first)
-            batches = [build(*plan.batch(step)) for step in range(first, first + steps)]
-            outputs = predict(plan_dataset(plan, build, self.signature(), first, steps))
+            batches = [build(*plan.batch(step)) for step in range(first, first + steps)]  # built once:
+            dataset = tf.data.Dataset.from_generator(lambda kept=batches: iter(kept), output_signature=self.signature())
+            outputs = predict(dataset)  # the model's inputs, and the targets scored below
             for (_, targets, _), logits in zip(batches, outputs):
                 nats += float(token_nats(logits, targets["labels"], targets["weights"]))
                 count += int(targets["weights"].sum())
