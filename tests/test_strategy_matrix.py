@@ -2,14 +2,16 @@
 
 Strategy {one device (in this process), `mirrored` over 2 logical CPUs (an `amptrain fit`
 process: logical devices are set before TensorFlow starts), 2 local workers through
-`amptrain launch`} x `jit_compile` {on, off} x task {classification, NER, translation}.
+`amptrain launch`} x `jit_compile` {on, off} x task {classification, NER, translation,
+language model}.
 Each cell: a tiny float32 `fit` of 4 steps in graph calls of 2 with a dev evaluation at
 steps 2 and 4 and the final test; then `amptrain eval` and `amptrain predict` on its run
 folder (here, through `cli.main`); then its weights and its weight average
 (`train.ema_decay`) at step 4 against the one-device run with the same XLA setting, within
 test_distribution.py's float32 bounds. Translation batches by tokens (`data.tokens_per_batch`),
 so its cells cover token batches over 2 replicas, and its test translations, written by the
-chief alone, must equal one device's.
+chief alone, must equal one device's. The language model's cells cover its packed blocks split over
+replicas and workers, and its cross-entropy made a chunk of logits at a time.
 
 Every cell reads one vocabulary per task, the one-device run's, rather than training its
 own: the same file gives the same vocabulary in every process
@@ -31,6 +33,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY_CONFIG, write_rows
 from engine.test_distribution import amptrain_cli
+from tasks.test_language_model import write_tiny_corpus
 
 import amptrain
 from amptrain import cli
@@ -55,8 +58,10 @@ SAME_RUN = [
 ]
 DECODE = {"translation": ["decode.beam_size=1"]}
 BOUNDS = (1e-6, 1e-4)  # (RMS, largest): test_distribution.py's float32 tolerance
-TASKS = ("classification", "ner", "translation")
+TASKS = ("classification", "ner", "translation", "language_model")
+PRIMARY = {"classification": "accuracy", "ner": "entity_f1", "translation": "bleu", "language_model": "bits_per_byte"}
 TEXTS = {
+    "language_model": "And God said",
     "classification": "WIN a FREE cruise, click now",
     "ner": "Barack Obama flew to Paris on Monday",
     "translation": "I would like a cup of coffee .",
@@ -92,6 +97,7 @@ def configs(tmp_path_factory, spam_rows, tiny_ner, tiny_translation):
         "classification": folder / "tiny.toml",
         "ner": tiny_ner / "tiny.toml",
         "translation": tiny_translation / "tiny.toml",
+        "language_model": write_tiny_corpus(tmp_path_factory.mktemp("language_model")) / "tiny.toml",
     }
 
 
@@ -108,7 +114,8 @@ def runs(tmp_path_factory, configs):
     slots, gate = threading.BoundedSemaphore(2), threading.Lock()
 
     def overrides(task, jit):
-        vocabulary = [] if (task, False) not in done else [f"data.vocabulary={done[task, False][0]}/vocab.txt"]
+        learned = (task, False) not in done or task == "language_model"  # its own: vocab.json, merges.txt
+        vocabulary = [] if learned else [f"data.vocabulary={done[task, False][0]}/vocab.txt"]
         return SAME_RUN + DECODE.get(task, []) + [f"runtime.jit_compile={str(jit).lower()}"] + vocabulary
 
     def one_device(task, jit):
@@ -197,7 +204,7 @@ def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir)]) == 0
     scored = json.loads(capsys.readouterr().out)
-    primary = {"classification": "accuracy", "ner": "entity_f1", "translation": "bleu"}[task]
+    primary = PRIMARY[task]
     assert scored["checkpoint"] == test["checkpoint"] and scored[primary] == pytest.approx(test[primary], abs=1e-6)
     assert cli.main(["predict", str(run_dir), "--text", TEXTS[task], "--json"]) == 0
     predicted = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

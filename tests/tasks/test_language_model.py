@@ -15,9 +15,10 @@ import amptrain
 from amptrain.engine.run_log import read_metrics
 from amptrain.errors import DataError
 from amptrain.tasks.language_model import corpus, vocabulary
+from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 from amptrain.tasks.language_model.generation import Settings, continuation, generate, greedy_by_recomputing
 from amptrain.tasks.language_model.model import LanguageModel
-from amptrain.tasks.language_model.task import BlockPlan, scores, segments_and_positions, token_nats
+from amptrain.tasks.language_model.task import BlockPlan, scores, segments_and_positions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KJV = os.path.join(ROOT, "data", "lm-kjv")
@@ -154,12 +155,37 @@ def test_sampling_under_a_seed_repeats_and_the_filters_hold():
 
 
 def test_bits_per_byte_are_nats_over_bytes_and_every_piece_is_scored_once():
-    logits = np.log(np.array([[[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]]]))
-    nats = token_nats(logits, np.array([[0, 2]]), np.array([[1.0, 1.0]]))
-    assert nats == pytest.approx(math.log(2) + math.log(4))  # 1 bit + 2 bits
+    # states · tableᵀ = log([0.5, 0.25, 0.25]) and log([0.25, 0.5, 0.25]); the third row unscored
+    states = tf.constant(np.log([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.2, 0.3, 0.5]]), tf.float32)
+    losses = token_cross_entropy(states, tf.eye(3), tf.constant([0, 2, -1])).numpy()
+    nats = float(losses.sum())
+    assert losses[2] == 0 and nats == pytest.approx(math.log(2) + math.log(4))  # 1 bit + 2 bits
     assert scores(nats, 2, 3)["bits_per_byte"] == pytest.approx(1.0)  # 3 bits over 3 bytes
     plan = BlockPlan(num_blocks=5, rows=2, length=8, seed=0, shuffle=False)
     assert [plan.batch(s)[0].tolist() for s in range(plan.steps_per_epoch)] == [[0, 1], [2, 3], [4, -1]]
+
+
+def test_the_chunked_cross_entropy_and_its_gradients_equal_the_whole_logits(monkeypatch):
+    """Chunks of 3 rows over 10 rows (the last one short), against log-softmax of all logits."""
+    from amptrain.tasks.language_model import cross_entropy
+
+    monkeypatch.setattr(cross_entropy, "CHUNK_ELEMENTS", 3 * 7)
+    rng = np.random.default_rng(0)
+    states = tf.constant(rng.normal(size=(10, 5)), tf.float32)
+    table = tf.constant(rng.normal(size=(7, 5)), tf.float32)
+    labels = tf.constant([3, 0, 6, -1, 2, 2, 5, -1, 1, 4])
+    scored = tf.cast(labels >= 0, tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([states, table])
+        chunked = summed_cross_entropy(states, table, labels)
+        log_p = tf.nn.log_softmax(tf.matmul(states, table, transpose_b=True))
+        whole = -tf.reduce_sum(tf.gather(log_p, tf.maximum(labels, 0), batch_dims=1) * scored)
+        scaled = [chunked * 3.0, whole * 3.0]  # an upstream gradient other than 1
+    assert abs(float(chunked) - float(whole)) < 1e-5
+    for got, want in zip(tape.gradient(scaled[0], [states, table]), tape.gradient(scaled[1], [states, table])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+    every = token_cross_entropy(states, table, labels).numpy()
+    assert abs(every.sum() - float(whole)) < 1e-5 and every[3] == every[7] == 0
 
 
 def test_a_tiny_fit_scores_every_piece_continues_prompts_and_packs_without_padding(tiny_lm, tmp_path):

@@ -4,13 +4,16 @@ and input and output embeddings tied.
     model = LanguageModel(vocabulary_size=4096, max_length=256, model_config=config.model,
                           dtype="mixed_bfloat16")
     logits = model({"token_ids": ids, "segment_ids": segments, "positions": positions})
+    loss = model({..., "labels": next_ids}, training=True)  # summed cross-entropy, float32
     logits, caches = model.step(token_ids, index, caches)   # one position, keys and values cached
 
 A block of packed documents attends within each document only: position q sees key k when
 k <= q and both carry the same segment id, and positions count from each document's start,
 so a document's losses are the same packed with others or alone. The logits are a float32
 island (the tied embedding's transpose, in float32): the softmax over the vocabulary and
-the loss are unsafe in half precision.
+the loss are unsafe in half precision. Given labels, the model returns the cross-entropy
+instead, made a chunk of logits at a time (`cross_entropy.py`): the full logits in float32
+would be the training step's largest tensor.
 """
 
 from types import SimpleNamespace
@@ -21,6 +24,7 @@ from keras import ops
 from amptrain.models.blocks import Attention
 from amptrain.models.dropout import Dropout
 from amptrain.models.islands import float32_island
+from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -95,9 +99,19 @@ class TiedLogits(keras.layers.Layer):
         super().__init__(**kwargs)
         self.embedding = embedding
 
-    def call(self, x):
+    def call(self, x, labels=None, training=False):
+        """The logits (batch, length, vocabulary); given `labels` (batch, length; negative where
+        not scored), the cross-entropy instead, a chunk of logits at a time
+        (`cross_entropy.py`): summed over the batch when training, else of every position."""
         table = ops.cast(self.embedding.embeddings, "float32")
-        return ops.matmul(ops.cast(x, "float32"), ops.transpose(table))
+        x = ops.cast(x, "float32")
+        if labels is None:
+            return ops.matmul(x, ops.transpose(table))
+        rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
+        flat = ops.reshape(labels, (-1,))
+        if training:
+            return summed_cross_entropy(rows, table, flat)
+        return ops.reshape(token_cross_entropy(rows, table, flat), ops.shape(labels))
 
     def matmul_parameters(self):
         """The weights multiplied once a token (`hardware/flops.py` counts them)."""
@@ -108,8 +122,10 @@ class TiedLogits(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="amptrain")
 class LanguageModel(keras.Model):
     """Features: token_ids, segment_ids (a document's number within its block; -1 pads) and
-    positions (counted from each document's start), each (batch, length). `model_config`:
-    the config's `model` section or a dict of its fields."""
+    positions (counted from each document's start), each (batch, length), and optionally
+    labels (the next pieces; negative where not scored). The logits (batch, length,
+    vocabulary) in float32; with labels, the cross-entropy made without them (`TiedLogits`).
+    `model_config`: the config's `model` section or a dict of its fields."""
 
     def __init__(self, vocabulary_size, max_length, model_config, dtype, **kwargs):
         kwargs.setdefault("name", "language_model")
@@ -157,7 +173,10 @@ class LanguageModel(keras.Model):
         keep = ops.logical_and(causal, same)
         for block in self.blocks:
             x = block(x, keep, training=training)
-        return self.logits(self.final_norm(x))  # (batch, length, vocabulary) float32
+        states = self.final_norm(x)
+        if "labels" in features:  # the loss, as Hugging Face's models give it for `labels`
+            return self.logits(states, labels=features["labels"], training=training)
+        return self.logits(states)  # (batch, length, vocabulary) float32
 
     def empty_caches(self, batch, length):
         """Zero key and value caches of every block, (batch, heads, length, head_dim) each."""

@@ -30,7 +30,7 @@ from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
 logger = logging.getLogger("amptrain")
-EVAL_BATCHES = 4  # blocks scored a predict call, so the logits of a whole split are never held
+EVAL_BATCHES = 4  # batches scored a predict call: a split's batches are built a few at a time
 
 
 class LanguageModelTask(Task):
@@ -123,7 +123,8 @@ class LanguageModelTask(Task):
             segments, positions = segments_and_positions(ids, eod, weights > 0)
             real = weights.sum(axis=1).astype(np.int32)
             counts = np.stack([real, np.full(rows, length, np.int32)], axis=1)
-            features = {"token_ids": ids, "segment_ids": segments, "positions": positions}
+            scored = np.where(weights > 0, labels, -1)  # the model scores these (`model.py`)
+            features = {"token_ids": ids, "segment_ids": segments, "positions": positions, "labels": scored}
             return features, {"labels": labels, "weights": weights}, counts
 
         return build
@@ -133,7 +134,7 @@ class LanguageModelTask(Task):
 
         ids = tf.TensorSpec((None, None), tf.int32)
         return (
-            {"token_ids": ids, "segment_ids": ids, "positions": ids},
+            {"token_ids": ids, "segment_ids": ids, "positions": ids, "labels": ids},
             {"labels": ids, "weights": tf.TensorSpec((None, None), tf.float32)},
             tf.TensorSpec((None, 2), tf.int32),
         )
@@ -180,12 +181,11 @@ class LanguageModelTask(Task):
         return model
 
     def loss(self, targets, outputs):
-        """The cross-entropy of every real next piece, summed, and their number: float32."""
+        """The cross-entropy of every real next piece, summed (the model makes it from the
+        labels in its features, a chunk of logits at a time), and their number: float32."""
         import tensorflow as tf
 
-        log_probabilities = tf.nn.log_softmax(tf.cast(outputs, tf.float32))
-        gold = tf.gather(log_probabilities, targets["labels"], batch_dims=2)
-        return -tf.reduce_sum(gold * targets["weights"]), tf.reduce_sum(targets["weights"])
+        return tf.cast(outputs, tf.float32), tf.reduce_sum(targets["weights"])
 
     # === Evaluation and prediction ===
 
@@ -203,8 +203,8 @@ class LanguageModelTask(Task):
             batches = [build(*plan.batch(step)) for step in range(first, first + steps)]  # built once:
             dataset = tf.data.Dataset.from_generator(lambda kept=batches: iter(kept), output_signature=self.signature())
             outputs = predict(dataset)  # the model's inputs, and the targets scored below
-            for (_, targets, _), logits in zip(batches, outputs):
-                nats += float(token_nats(logits, targets["labels"], targets["weights"]))
+            for (_, targets, _), losses in zip(batches, outputs):  # each position's nats
+                nats += float(np.sum(np.asarray(losses, np.float64) * targets["weights"]))
                 count += int(targets["weights"].sum())
         metrics = scores(nats, count, split.encoded["bytes"])
         if predictions_path:
@@ -284,15 +284,6 @@ def segments_and_positions(ids, eod_id, real):
     last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
     positions = (columns - last_start).astype(np.int32)
     return np.where(real, segments, -1), np.where(real, positions, 0)
-
-
-def token_nats(logits, labels, weights):
-    """The summed cross-entropy (nats) of the weighted pieces, in float64."""
-    logits = np.asarray(logits, np.float64)
-    top = logits.max(axis=-1, keepdims=True)
-    log_normalizer = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]
-    gold = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-    return float(((log_normalizer - gold) * weights).sum())
 
 
 def scores(nats, count, size):
