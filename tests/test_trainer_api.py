@@ -60,8 +60,11 @@ def make(tmp_path, **changes):
 
 def test_fit_evaluate_and_predict_agree_with_the_models_own_outputs(tmp_path):
     trainer = make(tmp_path)
-    test = trainer.fit()
+    history = trainer.fit()
+    test = history.test
     assert test == pytest.approx(trainer.evaluate("test"))
+    # as model.fit's: a value an epoch (here an evaluation interval of 3 steps)
+    assert sorted(history.history) == ["loss", "val_accuracy", "val_loss"] and history.epoch == [0, 1]
     features, labels = splits()["test"]  # 40 rows: batches of 16, 16 and 8 (filled to 16 at weight 0)
     logits = trainer.predict(features)
     assert logits.shape == (40, 2)

@@ -101,15 +101,20 @@ CONFIG = {
     "runtime.steps_per_execution": 50,
     "train.epochs": 3,
     "train.batch_size": 32,
-    # as the recipe's Keras optimizer: Adam at a constant 1e-3, no clipping
-    "train.optimizer": "adam",
-    "train.learning_rate": 1e-3,
-    "train.decay": "constant",
-    "train.warmup_steps": 0,
-    "train.clip_norm": 0.0,
     "train.log_every": 50,
     "train.checkpoint_every": 100,
 }
+
+
+def recipe_optimizer():
+    """The recipe's optimizer: Adam at a constant 1e-3, no clipping."""
+    return keras.optimizers.Adam(1e-3)
+
+
+def recipe_callbacks():
+    """The recipe's callbacks, the same under model.fit and amptrain.Trainer: stop when dev
+    accuracy has not risen for 2 epochs."""
+    return [keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=2)]
 
 
 def trainer(data, run_dir, settings=(), overwrite=False):
@@ -121,8 +126,12 @@ def trainer(data, run_dir, settings=(), overwrite=False):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         train=data["train"],
-        dev=data["dev"],
+        validation=data["dev"],
         test=data["test"],
+        # A function: amptrain makes it under the strategy's scope (`mirrored` too), and
+        # scales the loss itself (no LossScaleOptimizer).
+        optimizer=recipe_optimizer,
+        callbacks=recipe_callbacks(),
         config=config,
         run_dir=run_dir,
         overwrite=overwrite,
@@ -140,7 +149,7 @@ def keras_recipe(seed=0):
     keras.utils.set_random_seed(seed)
     keras.mixed_precision.set_global_policy("mixed_float16")
     model = build_transformer_model()
-    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+    optimizer = keras.optimizers.LossScaleOptimizer(recipe_optimizer())
     model.compile(
         optimizer,
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -159,7 +168,8 @@ def keras_fit(data, run_dir, epochs=3, seed=0):
         best, monitor="val_accuracy", save_best_only=True, save_weights_only=True
     )
     batch_size = CONFIG["train.batch_size"]
-    model.fit(*data["train"], batch_size=batch_size, epochs=epochs, validation_data=data["dev"], callbacks=[checkpoint])
+    callbacks = recipe_callbacks() + [checkpoint]  # amptrain keeps the best checkpoint itself
+    model.fit(*data["train"], batch_size=batch_size, epochs=epochs, validation_data=data["dev"], callbacks=callbacks)
     model.load_weights(best)
     loss, accuracy = model.evaluate(*data["test"], batch_size=batch_size, verbose=0)
     keras.mixed_precision.set_global_policy("float32")
@@ -184,9 +194,9 @@ def main(argv=None):
         print(json.dumps({"keras_fit_test": keras_fit(data, args.run_dir)}))
         return 0
     run = trainer(data, args.run_dir, settings, args.overwrite)
-    test = run.fit()
+    history = run.fit()  # as model.fit's: history.history["val_accuracy"], and the test metrics
     export = run.export(overwrite=True)  # None on a cluster's other workers: the chief exports
-    print(json.dumps({"test": test, "export": export and export["path"]}))
+    print(json.dumps({"test": history.test, "history": history.history, "export": export and export["path"]}))
     print(f"run folder: {args.run_dir}   (tensorboard --logdir {args.run_dir}/tensorboard)")
     return 0
 

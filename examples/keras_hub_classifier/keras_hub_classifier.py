@@ -126,7 +126,7 @@ def trainer(vocabulary, data, run_dir, settings=(), pretrained=None, overwrite=F
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         train=data["train"],
-        dev=data["dev"],
+        validation=data["dev"],
         test=data["test"],
         config=config,
         run_dir=run_dir,
@@ -149,9 +149,9 @@ def main(argv=None):
     vocabulary, data = load_spam(limit=args.limit, pretrained=args.pretrained)
     settings = [parse_override(s) for s in args.set]
     run = trainer(vocabulary, data, args.run_dir, settings, args.pretrained, args.overwrite)
-    test = run.fit()
+    history = run.fit()  # as model.fit's, with the best checkpoint's test metrics
     export = run.export(overwrite=True)
-    print(json.dumps({"test": test, "export": export["path"]}))
+    print(json.dumps({"test": history.test, "export": export["path"]}))
     print(f"run folder: {args.run_dir}   (tensorboard --logdir {args.run_dir}/tensorboard)")
     return 0
 

@@ -198,7 +198,10 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
         has_test="test" in task.splits,
         learning_rates=task.learning_rate_scales,
         higher_is_better=task.higher_is_better,
-        parts=parts,
+        # The probe's winner trained with the config's optimizer: the user's is built afresh.
+        parts=parts if task.optimizer is None else None,
+        optimizer=task.optimizer,
+        callbacks=task.callbacks,
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)

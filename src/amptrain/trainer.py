@@ -5,11 +5,13 @@
         model=build_transformer_model,            # policy name -> keras.Model, built by amptrain
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
-        train=train_ds, dev=dev_ds, test=test_ds, # tf.data.Dataset of (features, targets[, sample_weight]) batches
-        config={"precision.policy": "mixed_float16", "runtime.steps_per_execution": 50, "train.epochs": 3},
+        train=train_ds, validation=val_ds, test=test_ds,  # tf.data.Datasets of (x, y[, sample_weight]) batches
+        optimizer=keras.optimizers.AdamW(1e-3),  # or a function that makes one; default: the config's
+        callbacks=[keras.callbacks.EarlyStopping(monitor="val_loss", patience=2)],
+        precision="mixed_float16", steps_per_execution=50, epochs=3,  # or config={"train.epochs": 3, ...}
         run_dir="runs/mine",
     )
-    trainer.fit()                 # the test metrics of the best checkpoint
+    history = trainer.fit()       # history.history["val_loss"], history.test: the best checkpoint's
     trainer.evaluate("test")      # {"loss": ..., "accuracy": ..., "examples": ...}
     trainer.predict(x)            # the model's outputs for x (a dataset or arrays)
     trainer.export()              # runs/mine/export/1: a SavedModel with the model's own signature
@@ -35,6 +37,23 @@ logger = logging.getLogger("amptrain")
 SECTIONS = ("precision", "runtime", "train")
 
 
+# The keyword settings a Keras user types, and the config key each one is.
+KEYWORDS = {
+    "epochs": "train.epochs",
+    "steps": "train.steps",
+    "batch_size": "train.batch_size",
+    "precision": "precision.policy",
+    "steps_per_execution": "runtime.steps_per_execution",
+    "jit_compile": "runtime.jit_compile",
+    "seed": "runtime.seed",
+}
+# The config's optimizer: with optimizer= they do not apply (with a learning-rate schedule,
+# the optimizer's kind and its weight decay still do).
+OPTIMIZER_KEYS = ("train.optimizer", "train.weight_decay", "train.learning_rate", "train.warmup_steps",
+                  "train.decay", "train.clip_norm")  # fmt: skip
+SCHEDULE_KEYS = ("train.learning_rate", "train.warmup_steps", "train.decay")
+
+
 class Trainer:
     def __init__(
         self,
@@ -50,28 +69,42 @@ class Trainer:
         monitor_mode=None,
         batch_size=None,
         overwrite=False,
+        optimizer=None,
+        callbacks=(),
+        validation=None,
+        epochs=None,
+        steps=None,
+        precision=None,
+        steps_per_execution=None,
+        jit_compile=None,
+        seed=None,
     ):
-        from amptrain.tasks.keras_model.data import SplitSource
+        from amptrain.tasks.keras_model.callbacks import check_callbacks
         from amptrain.tasks.keras_model.scoring import as_loss, as_metrics
 
         if train is None:
             raise UserError("train: expected the training data (a tf.data.Dataset of batches, or arrays)")
-        config = dict(config or {})
-        if batch_size:
-            config["train.batch_size"] = batch_size
+        if dev is not None and validation is not None:
+            raise UserError("validation and dev: both name the split scored during training; give one")
+        dev = validation if validation is not None else dev
+        given = dict(
+            batch_size=batch_size, epochs=epochs, steps=steps, precision=precision,
+            steps_per_execution=steps_per_execution, jit_compile=jit_compile, seed=seed,
+        )  # fmt: skip
+        config = _merge_keywords(config, {k: v for k, v in given.items() if v is not None})
+        _check_optimizer_keys(config, optimizer)
         self.config = _config(config)
-        # The global batch is the data's: arrays are batched by train.batch_size, a dataset's
-        # first batch says (the run record and the replica split check read it).
-        rows = SplitSource.of(train, "train", self.config.train.batch_size).rows()
-        if rows != self.config.train.batch_size:
-            self.config = _config({**config, "train.batch_size": rows})
+        _set_up_devices(self.config.runtime)  # before the data below runs TensorFlow's first op
+        self.config = _global_batch(self.config, config, train)
         self.run_dir = os.path.abspath(run_dir)
         self.overwrite = overwrite
         self.model = model
         self.loss = as_loss(loss)
         self.metrics = as_metrics(metrics)
+        self.optimizer = optimizer
+        self.callbacks = check_callbacks(callbacks, optimizer)
         names = ["loss", *(name for name, _ in self.metrics)]
-        self.monitor = monitor or (names[1] if len(names) > 1 else "loss")
+        self.monitor = (monitor or (names[1] if len(names) > 1 else "loss")).removeprefix("val_")
         if self.monitor not in names:
             raise UserError(f"monitor: {self.monitor!r} is never computed; expected one of {names}")
         mode = monitor_mode or ("min" if self.monitor == "loss" else "max")
@@ -91,15 +124,20 @@ class Trainer:
     # === The run ===
 
     def fit(self):
-        """Trains (or resumes) into `run_dir` and returns the best checkpoint's test metrics
-        ({} without a test split)."""
+        """Trains (or resumes) into `run_dir`; returns its `History`, as Keras's `model.fit`
+        does: `history.history["loss"]`, `["val_loss"]`, ... a value an epoch (an evaluation
+        interval), and `history.test`, the best checkpoint's test metrics ({} without a test
+        split)."""
         from amptrain import api
 
         if isinstance(self.model, _keras_model()) and self.config.precision.policy == "auto":
             raise UserError(
                 "model: a built model needs precision.policy named (it was built under one); or pass a builder"
             )
-        return api.fit_config(self._resolved(), self.run_dir, self.overwrite, make_task=self._task)["test"]
+        from amptrain.engine.history import History
+
+        test = api.fit_config(self._resolved(), self.run_dir, self.overwrite, make_task=self._task)["test"]
+        return History.of_run(self.run_dir, test)
 
     def evaluate(self, split="test"):
         """{"loss", each metric by its name, "examples"} of a split with the best checkpoint."""
@@ -195,7 +233,12 @@ class Trainer:
             for name, value in self.splits.items()
             if value is not None
         }
-        pieces = UserPieces(self.model, self.loss, self.metrics, sources, self.monitor, self.higher_is_better)
+        from amptrain.tasks.keras_model.callbacks import KerasCallbacks
+
+        callbacks = KerasCallbacks(self.callbacks)
+        pieces = UserPieces(
+            self.model, self.loss, self.metrics, sources, self.monitor, self.higher_is_better, self.optimizer, callbacks
+        )
         return KerasModelTask(config, run_dir, pieces)
 
     def _load(self):
@@ -234,6 +277,68 @@ def configure_devices(config):
     cluster = distribute.Cluster.from_env()
     if cluster.is_multi_worker:
         distribute.select_strategy(runtime, cluster)
+
+
+def _global_batch(resolved, config, train):
+    """The config with the data's global batch: arrays are batched by train.batch_size, a
+    dataset's first batch says (the run record and the replica split check read it); a
+    batch_size that a dataset's batches disagree with is refused, not silently replaced."""
+    from amptrain.tasks.keras_model.data import SplitSource
+
+    rows = SplitSource.of(train, "train", resolved.train.batch_size).rows()
+    if rows == resolved.train.batch_size:
+        return resolved
+    if "train.batch_size" in config and not isinstance(train, (tuple, list)):  # arrays: ours to batch
+        raise UserError(
+            f"batch_size: {config['train.batch_size']}, but the train dataset's batches have {rows} rows; "
+            "batch the dataset by it, or leave batch_size out (a dataset's batches are its own)"
+        )
+    return _config({**config, "train.batch_size": rows})
+
+
+def _merge_keywords(config, keywords):
+    """The dotted config with the keyword settings (`KEYWORDS`) added; a key given both ways
+    is refused."""
+    if config is not None and not isinstance(config, dict):
+        raise UserError(f"config: expected a dict of dotted keys, e.g. {{'train.epochs': 3}}, received {config!r}")
+    merged = dict(config or {})
+    for name, value in keywords.items():
+        key = KEYWORDS[name]
+        if key in merged:
+            raise UserError(f"{name}= and config[{key!r}]: the same setting given twice; give one")
+        merged[key] = value
+    return merged
+
+
+def _check_optimizer_keys(config, optimizer):
+    """With optimizer=, the config's optimizer keys would be silently ignored: refused."""
+    import keras
+
+    if optimizer is None:
+        return
+    schedule = isinstance(optimizer, keras.optimizers.schedules.LearningRateSchedule)
+    for key in SCHEDULE_KEYS if schedule else OPTIMIZER_KEYS:
+        if key in config:
+            what = (
+                "the learning-rate schedule given as optimizer=" if schedule else "your optimizer=, as under model.fit"
+            )
+            raise UserError(f"config[{key!r}]: does not apply with optimizer= (the run follows {what}); set it there")
+
+
+def _set_up_devices(runtime):
+    """The logical CPU devices `runtime.cpu_replicas` asks for, set before TensorFlow's first
+    op; where something ran one already, says what to call first."""
+    from amptrain import distribute
+    from amptrain.errors import ConfigError
+
+    try:
+        distribute.configure_devices(runtime)
+    except ConfigError:
+        raise UserError(
+            f"runtime.cpu_replicas = {runtime.cpu_replicas}: TensorFlow already ran an op in this process (your "
+            "datasets, say), and logical devices can only be set before; call "
+            f"amptrain.configure_devices({{'runtime.cpu_replicas': {runtime.cpu_replicas}}}) first"
+        ) from None
 
 
 def _config(values):

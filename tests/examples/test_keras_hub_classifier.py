@@ -59,7 +59,9 @@ def test_a_tiny_bert_text_classifier_trains_and_scores(example, spam, tmp_path):
     vocabulary, data = spam
     settings = [*FAST, ("precision.policy", "mixed_bfloat16")]
     run = example.trainer(vocabulary, data, str(tmp_path / "run"), settings, backbone_config=TINIER)
-    test = run.fit()
+    history = run.fit()
+    test = history.test
+    assert sorted(history.history) == ["loss", "val_accuracy", "val_loss"]
     assert set(test) == {"loss", "accuracy", "examples"} and test["examples"] == ROWS
     assert np.isfinite(test["loss"]) and 0.0 <= test["accuracy"] <= 1.0
     assert run.evaluate("test") == pytest.approx(test)  # the best checkpoint, read back from the run folder

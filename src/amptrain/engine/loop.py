@@ -15,7 +15,6 @@ save, the others to places of their own).
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
 import threading
@@ -31,6 +30,7 @@ from amptrain.engine.histograms import Histograms
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.profiling import StepProfiler
+from amptrain.engine.run_end import final_test, finished, stopped_by_callback, weights_fingerprint, write_eval
 from amptrain.engine.run_log import (
     EVERY_WORKER,
     LOGGER_NAME,
@@ -45,7 +45,7 @@ from amptrain.engine.run_log import (
 from amptrain.engine.signals import evaluation_missed, sigterm_flag
 from amptrain.engine.step_runner import NONFINITE_LOSS, RUNNING
 from amptrain.engine.utilisation import Utilisation
-from amptrain.errors import ConfigError, Interrupted, NumericsError
+from amptrain.errors import Interrupted, NumericsError
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -73,6 +73,14 @@ class Job:
     # The model's training parts when already built (`engine.build.TrainingParts`: the
     # precision probe's winner, `engine/precision_decision.py`), else built here.
     parts: object = None
+    # The user's optimizer (`engine.optimizer.user_optimizer`) in place of the config's.
+    optimizer: object = None
+    # Told of the run as Keras callbacks are (`tasks/keras_model/callbacks.py`):
+    # train_begin(model, optimizer, epochs, steps_per_epoch), epoch_begin(epoch),
+    # batch_end(batch, logs), epoch_end(epoch, logs) -> stop?, train_end(logs); an epoch
+    # is an evaluation interval. With it, an `epoch` record a
+    # dev evaluation (its logs as Keras names them), from which a run's history is read.
+    callbacks: object = None
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None, choice=None):
@@ -89,10 +97,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     steps = config.train.total_steps(steps_per_epoch)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
-        return _finished(run_dir, metrics_path, steps)
-    parts = job.parts or build_training(
-        job.model, job.loss_fn, config, placement.strategy, policy, steps, learning_rates=job.learning_rates
-    )
+        return finished(run_dir, metrics_path, steps)
+    parts = job.parts or _build_parts(job, config, placement.strategy, policy, steps)
     checkpoints = Checkpoints(
         os.path.join(write_dir, "checkpoints"),
         job.model,
@@ -128,7 +134,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
             loop.run(start_step)
             # The chief may still be writing the best checkpoint that every worker reads next.
             distribute.barrier(placement.strategy)
-            metrics = _final_test(job, parts.trainer, checkpoints, log, scalars, loop.terminated)
+            metrics = final_test(job, parts.trainer, checkpoints, log, scalars, loop.terminated)
         finally:
             scalars.close()
     who = f"{cluster.name()}: " if cluster.is_multi_worker else ""
@@ -137,12 +143,12 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     return metrics
 
 
-def weights_fingerprint(model):
-    """A short hash of the model's weights: workers that trained in sync print the same."""
-    digest = hashlib.sha256()
-    for variable in model.weights:
-        digest.update(variable.numpy().tobytes())
-    return digest.hexdigest()[:16]
+def _build_parts(job, config, strategy, policy, steps):
+    """The training parts of a job whose model the probe did not train (`build_training`)."""
+    learning_rates, optimizer = job.learning_rates, job.optimizer
+    return build_training(
+        job.model, job.loss_fn, config, strategy, policy, steps, learning_rates=learning_rates, optimizer=optimizer
+    )
 
 
 class _Loop:
@@ -163,14 +169,19 @@ class _Loop:
             (t.histogram_every,) if t.histogram_every else ()
         )
         self.restores = 0
+        self.callbacks = job.callbacks
+        self.epoch_loss = [0.0, 0]  # the training loss's sum and steps since the interval began
 
     def run(self, start_step):
         step = start_step
+        if self.callbacks is not None:
+            epochs = -(-self.steps // self.eval_every)
+            self.callbacks.train_begin(self.job.model, self.trainer.optimizer, epochs, self.eval_every)
         try:
             due = self.job.has_dev and step and (step % self.eval_every == 0 or step == self.steps)
             if due and evaluation_missed(self.checkpoints.source, step) and self._evaluate_and_checkpoint(step):
                 return
-            if step >= self.steps or self._stopped_early():
+            if step >= self.steps or self._stopped_early() or stopped_by_callback(self.log.path, step):
                 return
             if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
                 self.checkpoints.save()  # something to go back to before the first interval
@@ -187,6 +198,8 @@ class _Loop:
         finally:
             if self.profiler:  # a run that ended (or stopped) inside the range
                 self.profiler.stop(int(self.trainer.step.numpy()))
+        if self.callbacks is not None:
+            self.callbacks.train_end({})
 
     def _train_from(self, step):
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
@@ -200,6 +213,8 @@ class _Loop:
         try:
             while step < self.steps:
                 n = self._chunk(step)
+                if self.callbacks is not None and step % self.eval_every == 0:
+                    self.callbacks.epoch_begin(step // self.eval_every)
                 if self.profiler:
                     self.profiler.before_call(step, n)
                 totals = self.trainer.train(iterator, n)
@@ -209,6 +224,12 @@ class _Loop:
                 if self.profiler:
                     self.profiler.after_call(step)
                 window.add(totals, step - previous)
+                self.epoch_loss = [
+                    self.epoch_loss[0] + window.last_loss * (step - previous),
+                    self.epoch_loss[1] + step - previous,
+                ]
+                if self.callbacks is not None:
+                    self.callbacks.batch_end((step - 1) % self.eval_every, {"loss": window.last_loss})
                 if self.terminated.is_set():
                     raise Interrupted("SIGTERM")
                 stopped = int(totals["stop"]) != RUNNING
@@ -246,9 +267,12 @@ class _Loop:
         step = self.checkpoints.restore_latest()
         path = self.checkpoints.restored_path
         self.restores += 1
-        # The checkpoint brought back its own factor; lower it from there.
-        factor = float(self.lr_factor.numpy()) * self.config.train.restore_lr_factor
-        self.lr_factor.assign(factor)
+        # The checkpoint brought back its own factor; lower it from there (not the rate
+        # of a user's optimizer: amptrain does not own it).
+        factor = None
+        if self.lr_factor is not None:
+            factor = float(self.lr_factor.numpy()) * self.config.train.restore_lr_factor
+            self.lr_factor.assign(factor)
         self.log.rewind(step)
         self.log.write(
             {
@@ -260,9 +284,10 @@ class _Loop:
                 "restores": self.restores,
             }
         )
+        rate = f"learning rate x{factor:g} from here" if factor is not None else "your optimizer's rate unchanged"
         logger.info(
-            f"non-finite loss at step {bad_step}: restored the checkpoint of step {step} ({path}), learning rate "
-            f"x{factor:g} from here (restore {self.restores} of {self.config.train.max_restores}); the steps "
+            f"non-finite loss at step {bad_step}: restored the checkpoint of step {step} ({path}), {rate} "
+            f"(restore {self.restores} of {self.config.train.max_restores}); the steps "
             "after it are trained again and their records replaced"
         )
         self.watch.note_scale(step)
@@ -348,53 +373,25 @@ class _Loop:
                     )
             if improved or not self.job.has_dev and step == self.steps:
                 self.checkpoints.save_best()
+            if self.callbacks is not None and (step % self.eval_every == 0 or step == self.steps):
+                stop = self._epoch_end(step, metrics if self.job.has_dev else {}) or stop
         self.checkpoints.save()
         return stop
 
+    def _epoch_end(self, step, dev_metrics):
+        """Tells the callbacks an interval ended, with its logs as Keras names them (`loss`,
+        `val_loss`, `val_<metric>`), and records them; True when a callback stops the run
+        (`model.stop_training`): then an `epoch` record says so, and a resume ends too."""
+        total, steps = self.epoch_loss
+        logs = {"loss": total / steps} if steps else {}
+        logs.update({f"val_{k}": v for k, v in dev_metrics.items() if isinstance(v, float)})
+        epoch = -(-step // self.eval_every) - 1
+        stop = bool(self.callbacks.epoch_end(epoch, logs))
+        self.log.write({"kind": "epoch", "step": step, "epoch": epoch, "logs": logs, "stop_training": stop})
+        self.epoch_loss = [0.0, 0]
+        if stop:
+            logger.info(f"stopped by a callback after epoch {epoch + 1} (step {step})")
+        return stop
+
     def _log_eval(self, step, split, checkpoint, metrics):
-        _write_eval(self.log, self.scalars, step, split, checkpoint, metrics)
-
-
-def _write_eval(log, scalars, step, split, checkpoint, metrics):
-    log.write({"kind": "eval", "step": step, "split": split, "checkpoint": checkpoint, **metrics})
-    scalars.write(split, step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-    logger.info(f"eval {split} at step {step} ({checkpoint}): {shown}")
-
-
-def _final_test(job, trainer, checkpoints, log, scalars, terminated):
-    """Scores the test split with the best checkpoint and marks the run finished, unless a
-    SIGTERM came meanwhile: then there is no `end` record, and a rerun scores it again."""
-    last_step = int(checkpoints.step.numpy())
-    metrics = {}
-    if job.has_test:
-        path = checkpoints.restore_best()
-        best_step = int(checkpoints.step.numpy())
-        predictions = os.path.join(os.path.dirname(checkpoints.directory), "predictions-test")
-        metrics = job.evaluate("test", job.model, trainer.predict, predictions)
-        _write_eval(log, scalars, best_step, "test", os.path.basename(path), metrics)
-    if terminated.is_set():
-        logger.info("interrupted during the final test: rerun the same command to score it again")
-        raise Interrupted("SIGTERM")
-    log.write({"kind": "end", "step": last_step})
-    return metrics
-
-
-def _finished(run_dir, metrics_path, steps):
-    """A finished run is not trained again: its test record. One that now asks for more steps
-    is refused, saying why: its learning-rate schedule ran to its end, and the test was
-    scored; going on would need a new schedule, which is a new run."""
-    records = read_metrics(metrics_path)
-    planned = next((r["total_steps"] for r in reversed(records) if r.get("kind") == "run"), None)
-    if planned is not None and steps > planned:
-        raise ConfigError(
-            f"{run_dir}: this run finished its {planned} steps (its learning rate decayed to the end and the "
-            f"test was scored); it is not continued to {steps}. Train a new run: --run-dir NEW, or --overwrite"
-        )
-    logger.info(f"{run_dir}: this run has finished; nothing to do (use --overwrite to start afresh)")
-    return _final_test_record(metrics_path)
-
-
-def _final_test_record(metrics_path):
-    tests = [r for r in read_metrics(metrics_path) if r.get("kind") == "eval" and r.get("split") == "test"]
-    return tests[-1] if tests else {}
+        write_eval(self.log, self.scalars, step, split, checkpoint, metrics)

@@ -160,3 +160,47 @@ def build_optimizer(train_config, total_steps, scales=None, decays=None):
 
 def current_learning_rate(optimizer):
     return float(ops.convert_to_numpy(optimizer.learning_rate))
+
+
+def user_optimizer(given, strategy, train_config):
+    """The optimizer of `amptrain.Trainer(optimizer=...)`, checked and ready to build under
+    `strategy`'s scope: a Keras optimizer, its name, a function that makes one (called here,
+    under the scope), or a learning-rate schedule for the config's optimizer. Its slots follow the
+    variables, float32 under every policy; the engine scales the loss itself."""
+    from amptrain.distribute import is_single_device
+    from amptrain.errors import UserError
+
+    if isinstance(given, keras.optimizers.schedules.LearningRateSchedule):
+        if train_config.optimizer == "adamw":
+            return AdamW(learning_rate=given, weight_decay=train_config.weight_decay)
+        return Adam(learning_rate=given)
+    if isinstance(given, str):  # as compile(optimizer="adamw") takes it
+        try:
+            given = keras.optimizers.get(given)
+        except ValueError:
+            raise UserError(f"optimizer: Keras knows no optimizer {given!r}") from None
+    elif callable(given) and not isinstance(given, keras.optimizers.Optimizer):
+        given = given()
+    if isinstance(given, keras.optimizers.LossScaleOptimizer):
+        raise UserError(
+            "optimizer: a LossScaleOptimizer; pass the optimizer inside it (amptrain scales the loss itself, "
+            "as precision.loss_scale says)"
+        )
+    if not isinstance(given, keras.optimizers.Optimizer):
+        raise UserError(
+            "optimizer: expected a keras.optimizers.Optimizer, its name, a function that makes one, or a learning-rate "
+            f"schedule, received {given!r}"
+        )
+    if given.built:
+        raise UserError(
+            f"optimizer: this {type(given).__name__} is already built for other variables; pass a fresh one, "
+            "or a function that makes one"
+        )
+    made_under = getattr(given, "_distribution_strategy", None)
+    if made_under is not None and made_under is not strategy and not is_single_device(strategy):
+        raise UserError(
+            f"optimizer: made outside the {type(strategy).__name__}'s scope, so its updates would not reach every "
+            f"replica; pass a function that makes it (optimizer=lambda: keras.optimizers.{type(given).__name__}(...)) "
+            "and amptrain calls it under the scope"
+        )
+    return given

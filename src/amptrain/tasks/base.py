@@ -67,6 +67,8 @@ class Task(abc.ABC):
     accepts_pretrained = False  # may `model.pretrained` name an encoder for it
     reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
     reads_corpora = False  # data.train (dev, test) may each be a file, a folder or a glob of files
+    optimizer = None  # the user's optimizer (`amptrain.Trainer`), in place of the config's
+    callbacks = None  # told of the run as Keras callbacks are (`engine.loop.Job.callbacks`)
     # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
     # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None

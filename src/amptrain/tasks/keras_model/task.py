@@ -33,6 +33,8 @@ class UserPieces:
     sources: dict  # split name -> `keras_data.SplitSource`
     monitor: str = "loss"
     higher_is_better: bool = False
+    optimizer: object = None  # the user's (`engine.optimizer.user_optimizer`); None: the config's
+    callbacks: object = None  # `callbacks.KerasCallbacks`, or None
 
 
 class KerasModelTask(Task):
@@ -50,6 +52,7 @@ class KerasModelTask(Task):
             )
         super().__init__(config, run_dir)
         self.pieces = pieces
+        self.optimizer, self.callbacks = pieces.optimizer, pieces.callbacks
         self.primary_metric = pieces.monitor
         self.higher_is_better = pieces.higher_is_better
         self.labels = None
