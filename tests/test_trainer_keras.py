@@ -159,6 +159,10 @@ def test_a_resumed_run_keeps_your_optimizers_state_bit_for_bit(tmp_path):
         ({"epochs": 2, "config": {"train.epochs": 3}}, r"epochs= and config\['train.epochs'\]: the same setting"),
         ({"config": {"train.learning_rate": 1e-3}}, r"config\['train.learning_rate'\]: does not apply with optimizer="),
         ({"batch_size": 32}, r"batch_size: 32, but the train dataset's batches have 16 rows"),
+        (  # this process ran TensorFlow long ago: too late for logical devices
+            {"config": {"runtime.cpu_replicas": 2}},
+            r"runtime.cpu_replicas = 2: TensorFlow already ran an op .* call amptrain.configure_devices\(",
+        ),
     ],
 )
 def test_what_cannot_be_honoured_is_refused_in_one_line(tmp_path, changes, message):
