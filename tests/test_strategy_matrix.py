@@ -189,7 +189,10 @@ def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit
         assert test["sentences"] == 12 and "bleu" in test and "chrf" in test
     elif strategy != "one_device":
         assert "global batch 8 (4 a replica)" in output
+    # On several workers each builds only its half of every batch (`distribute/batches.py`).
+    assert run["input_share"] == ([0, 2] if strategy == "launch" else None)
     if strategy == "launch":
+        assert "builds part 2 of 2 of each global batch's rows" in output
         lines = output.splitlines()
         assert any(line.startswith("[worker 0] ") for line in lines) and any(
             line.startswith("[worker 1] ") for line in lines

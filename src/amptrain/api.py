@@ -40,7 +40,7 @@ def fit_config(config, run_dir, overwrite=False, make_task=None):
     from amptrain.distribute import Cluster
 
     run_dir = os.path.abspath(run_dir)
-    cluster = Cluster.from_env()
+    cluster = Cluster.from_env(source=config.runtime.cluster)
     lock = RunLock(run_dir, "fit").acquire() if cluster.is_chief else None  # one writer a folder
     write_dir = run_dir
     try:
@@ -181,7 +181,8 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
-    from amptrain.engine.loop import Job, run_training
+    from amptrain.engine.job import Job
+    from amptrain.engine.loop import run_training
     from amptrain.engine.precision_decision import model_for_run
     from amptrain.precision import check_numerics
 

@@ -171,7 +171,7 @@ class Trainer:
         from amptrain.distribute import Cluster
         from amptrain.exports import export_run
 
-        if not Cluster.from_env().is_chief:
+        if not Cluster.from_env(source=self.config.runtime.cluster).is_chief:
             return None
         return export_run(
             self.run_dir, out, checkpoint=checkpoint, version=version, overwrite=overwrite, make_task=self._task
@@ -274,7 +274,7 @@ def configure_devices(config):
 
     runtime = _config(dict(config or {})).runtime
     distribute.configure_devices(runtime)
-    cluster = distribute.Cluster.from_env()
+    cluster = distribute.Cluster.from_env(source=runtime.cluster)
     if cluster.is_multi_worker:
         distribute.select_strategy(runtime, cluster)
 

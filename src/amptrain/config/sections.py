@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 CONCRETE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 POLICIES = (*CONCRETE_POLICIES, "auto")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+CLUSTER_SOURCES = ("auto", "tf_config", "slurm", "kubernetes", "none")  # runtime.cluster
 LOSS_SCALES = ("auto", "dynamic", "none")
 ON_NONFINITE = ("stop", "skip", "restore")
 
@@ -76,6 +77,10 @@ class RuntimeConfig:
     # auto: multi_worker when TF_CONFIG names a cluster, tpu when a TPU is named or
     # attached, mirrored over several GPUs (or runtime.cpu_replicas), else one_device
     strategy: str = "auto"
+    # where a cluster comes from: "auto" (TF_CONFIG, else a SLURM step of several tasks,
+    # else a Kubernetes Indexed Job), "tf_config", "slurm", "kubernetes" or "none"
+    # (distribute/schedulers.py)
+    cluster: str = "auto"
     devices: str = ""  # comma-separated, e.g. "/gpu:0,/gpu:1"; empty: every GPU (else the CPU)
     cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
     tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME

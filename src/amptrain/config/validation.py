@@ -7,6 +7,7 @@ import os
 
 from amptrain import xla_modes
 from amptrain.config.sections import (
+    CLUSTER_SOURCES,
     CONCRETE_POLICIES,
     LOSS_SCALES,
     ON_NONFINITE,
@@ -90,6 +91,7 @@ def validate(config, task_class, check_files=True):
     )
     _validate_loss_scale(p)
     require(r.strategy in STRATEGIES, "runtime.strategy", f"one of {STRATEGIES}", r.strategy)
+    require(r.cluster in CLUSTER_SOURCES, "runtime.cluster", f"one of {CLUSTER_SOURCES}", r.cluster)
     require(
         r.cpu_replicas >= 0, "runtime.cpu_replicas", "an integer >= 0 (0 or 1: the CPU as one device)", r.cpu_replicas
     )

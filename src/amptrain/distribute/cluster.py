@@ -1,9 +1,11 @@
-"""The cluster a run belongs to, as TF_CONFIG describes it; reading it needs no TensorFlow."""
+"""The cluster a run belongs to, as TF_CONFIG describes it (or a scheduler, written as
+TF_CONFIG: `schedulers.py`); reading it needs no TensorFlow."""
 
 import dataclasses
 import json
 import os
 
+from amptrain.distribute.schedulers import scheduler_tf_config
 from amptrain.errors import ConfigError
 
 
@@ -15,6 +17,7 @@ class Cluster:
     index: int = 0  # among the workers, the chief first
     task_type: str = "worker"
     addresses: tuple = ()  # host:port of each worker, in `index` order
+    source: str = ""  # where it was read: "TF_CONFIG", "SLURM" or "Kubernetes"
 
     @property
     def is_chief(self):
@@ -25,7 +28,14 @@ class Cluster:
         return self.num_workers > 1
 
     @classmethod
-    def from_env(cls, environ=os.environ):
+    def from_env(cls, environ=os.environ, source="auto"):
+        """This process's cluster by `runtime.cluster = source`. One a scheduler describes
+        is written into `environ` as TF_CONFIG, which TensorFlow's strategy reads too."""
+        built, origin = scheduler_tf_config(source, environ)
+        if built is not None:
+            environ["TF_CONFIG"] = json.dumps(built)
+        elif origin != "TF_CONFIG":
+            return cls()
         raw = environ.get("TF_CONFIG", "")
         if not raw.strip():
             return cls()
@@ -47,7 +57,7 @@ class Cluster:
         index = task_index if task_type == "chief" else len(cluster.get("chief", [])) + task_index
         if not 0 <= index < len(addresses):
             raise ConfigError(f"TF_CONFIG: task {task_type} {task_index} is not in the cluster {cluster}")
-        return cls(len(addresses), index, task_type, addresses)
+        return cls(len(addresses), index, task_type, addresses, origin)
 
     def name(self, index=None):
         index = self.index if index is None else index

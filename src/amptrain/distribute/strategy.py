@@ -23,6 +23,7 @@ class Placement:
             "strategy_reason": self.why,
             "num_replicas": self.strategy.num_replicas_in_sync,
             "num_workers": cluster.num_workers,
+            "cluster": cluster.source or None,  # where the workers came from: TF_CONFIG, SLURM, Kubernetes
         }
 
 
@@ -36,7 +37,7 @@ def select_strategy(runtime, cluster=None):
     """The Placement for `runtime.strategy`; "auto" picks from the environment."""
     import tensorflow as tf
 
-    cluster = cluster or Cluster.from_env()
+    cluster = cluster or Cluster.from_env(source=runtime.cluster)
     name = runtime.strategy
     why = f"runtime.strategy = {name!r}"
     if name == "auto":

@@ -3,7 +3,7 @@
     job = Job(model, task.loss, task.train_dataset, task.steps_per_epoch, task.evaluate, "accuracy")
     run_training(job, config, run_dir, placement, policy="float32", policy_reason="...")
 
-The engine knows no task: a `Job` hands it a model, a loss, a dataset factory and an
+The engine knows no task: a `Job` (`engine/job.py`) hands it a model, a loss, a dataset factory and an
 evaluation callable (the Task contract's, `tasks/base.py`), and it runs them.
 
 On several workers every worker runs this same loop in lockstep (each graph call and
@@ -14,14 +14,10 @@ save, the others to places of their own).
 """
 
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-
-import keras
 
 from amptrain import distribute
 from amptrain.engine.build import build_training
@@ -48,39 +44,6 @@ from amptrain.engine.utilisation import Utilisation
 from amptrain.errors import Interrupted, NumericsError
 
 logger = logging.getLogger(LOGGER_NAME)
-
-
-@dataclasses.dataclass
-class Job:
-    """What a task gives the engine."""
-
-    model: keras.Model
-    # (targets, outputs) -> (sum of per-target losses, number of real targets), float32
-    loss_fn: Callable
-    # start_step -> endless tf.data.Dataset of (features, targets, token_counts) from that step on
-    train_dataset: Callable
-    steps_per_epoch: int
-    # (split, model, predict, predictions_path=None, quick=False) -> {metric: value};
-    # predict(dataset) -> outputs of each batch. `quick`: between training steps.
-    evaluate: Callable
-    primary_metric: str  # the `evaluate` key that picks the best checkpoint
-    has_dev: bool = True
-    has_test: bool = True
-    # model -> (learning-rate scales by variable, weight-decay predicate): the task's
-    # `learning_rate_scales`; None: one rate for every variable
-    learning_rates: Callable = None
-    higher_is_better: bool = True  # of primary_metric (a loss is lower-is-better)
-    # The model's training parts when already built (`engine.build.TrainingParts`: the
-    # precision probe's winner, `engine/precision_decision.py`), else built here.
-    parts: object = None
-    # The user's optimizer (`engine.optimizer.user_optimizer`) in place of the config's.
-    optimizer: object = None
-    # Told of the run as Keras callbacks are (`tasks/keras_model/callbacks.py`):
-    # train_begin(model, optimizer, epochs, steps_per_epoch), epoch_begin(epoch),
-    # batch_end(batch, logs), epoch_end(epoch, logs) -> stop?, train_end(logs); an epoch
-    # is an evaluation interval. With it, an `epoch` record a
-    # dev evaluation (its logs as Keras names them), from which a run's history is read.
-    callbacks: object = None
 
 
 def run_training(job, config, run_dir, placement, policy, policy_reason, cluster=None, write_dir=None, choice=None):
@@ -112,6 +75,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     log = MetricsLog(os.path.join(write_dir, "metrics.jsonl"), resume_step=start_step)
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
+    record["input_share"] = job.input_share(cluster)
     log.write({**record, **(choice.run_fields() if choice is not None else {"precision_choice": None})})
     if not start_step:
         scalars.hyperparameters(config, policy)
@@ -206,7 +170,11 @@ class _Loop:
         # Step N is batches N*K .. N*K+K-1 of the plan (K = accumulation_steps).
         first_batch = step * self.config.train.accumulation_steps
         iterator = iter(
-            distribute.distribute_batches(self.trainer.strategy, lambda: self.job.train_dataset(first_batch))
+            distribute.distribute_batches(
+                self.trainer.strategy,
+                lambda *share: self.job.train_dataset(first_batch, *share),
+                sharded=self.job.builds_shares,
+            )
         )
         progress = Progress(self.steps, step)
         window = Window()

@@ -11,7 +11,7 @@
     dataset, shape = task.probe_batches()             # the batch the precision probe times
 
 A task knows its data, model, loss and scores; it knows no strategy, optimizer or
-checkpoint. The engine knows no task: `api` hands it what a task built (`engine.loop.Job`).
+checkpoint. The engine knows no task: `api` hands it what a task built (`engine.job.Job`).
 Everything a task learns from the training split (vocabulary, labels, counts) is a file in
 the run folder, so `eval` and `predict` rebuild the same model from the folder alone.
 
@@ -68,7 +68,7 @@ class Task(abc.ABC):
     reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
     reads_corpora = False  # data.train (dev, test) may each be a file, a folder or a glob of files
     optimizer = None  # the user's optimizer (`amptrain.Trainer`), in place of the config's
-    callbacks = None  # told of the run as Keras callbacks are (`engine.loop.Job.callbacks`)
+    callbacks = None  # told of the run as Keras callbacks are (`engine.job.Job.callbacks`)
     # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
     # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None
@@ -137,9 +137,11 @@ class Task(abc.ABC):
         """Batches in one pass over the training split."""
 
     @abc.abstractmethod
-    def train_dataset(self, start_step):
+    def train_dataset(self, start_step, share=None):
         """The endless `tf.data.Dataset` of training batches from batch `start_step` on: batch
-        N is a pure function of (seed, N), so resuming is starting at the checkpoint's step."""
+        N is a pure function of (seed, N), so resuming is starting at the checkpoint's step.
+        `share=(part, parts)`: only that part of each batch's rows, in order (a worker's:
+        `data.pipeline.plan_dataset` does it for a batch plan)."""
 
     def probe_batches(self):
         """(endless `tf.data.Dataset` repeating one real training batch, its shape): what

@@ -229,18 +229,18 @@ class TextTask(Task):
     def batch_builder(self, split):
         """(indices, padded length) -> one batch of `split`: (features, targets, token_counts)."""
 
-    def dataset(self, split, plan, start_step=0, num_steps=None):
+    def dataset(self, split, plan, start_step=0, num_steps=None, share=None):
         from amptrain.data.pipeline import plan_dataset
 
-        return plan_dataset(plan, self.batch_builder(split), self.signature(), start_step, num_steps)
+        return plan_dataset(plan, self.batch_builder(split), self.signature(), start_step, num_steps, share)
 
     @property
     def steps_per_epoch(self):
         return self.plan(self.splits["train"], shuffle=True).steps_per_epoch
 
-    def train_dataset(self, start_step):
+    def train_dataset(self, start_step, share=None):
         train = self.splits["train"]
-        return self.dataset(train, self.plan(train, shuffle=True), start_step)
+        return self.dataset(train, self.plan(train, shuffle=True), start_step, share=share)
 
     def outputs(self, predict, split):
         """(indices, outputs) of each batch of one unshuffled pass over `split`; index -1 is

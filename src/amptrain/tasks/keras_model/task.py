@@ -111,9 +111,17 @@ class KerasModelTask(Task):
     def steps_per_epoch(self):
         return self._steps_per_epoch
 
-    def train_dataset(self, start_step):
+    def train_dataset(self, start_step, share=None):
         # Batch N is the N-th of the data's passes from the start (see keras_data: exact resume).
-        return self.pieces.sources["train"].batches(self.rows).repeat().skip(start_step)
+        # A user's dataset yields whole batches: a worker's share is cut from each.
+        dataset = self.pieces.sources["train"].batches(self.rows).repeat().skip(start_step)
+        if share is None:
+            return dataset
+        import tensorflow as tf
+
+        part, parts = share
+        rows = self.rows // parts
+        return dataset.map(lambda *batch: tf.nest.map_structure(lambda t: t[part * rows : (part + 1) * rows], batch))
 
     def train_buckets(self):
         return [(0, self.rows)]

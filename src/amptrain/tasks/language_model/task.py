@@ -148,10 +148,11 @@ class LanguageModelTask(Task):
     def steps_per_epoch(self):
         return self.plan("train", shuffle=True).steps_per_epoch
 
-    def train_dataset(self, start_step):
+    def train_dataset(self, start_step, share=None):
         from amptrain.data.pipeline import plan_dataset
 
-        return plan_dataset(self.plan("train", True), self.block_builder("train"), self.signature(), start_step)
+        plan, build = self.plan("train", True), self.block_builder("train")
+        return plan_dataset(plan, build, self.signature(), start_step, share=share)  # a worker's blocks only
 
     def train_buckets(self):
         return [(self.config.data.max_length, self.config.train.batch_size)]
