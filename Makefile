@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests benchmarks scripts examples
 
-.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained clean
+.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,onnx,serve]"
+
+# Debian's Chromium and ChromeDriver, for the TensorBoard browser test (as root; skipped without).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null || \
+	(apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null)
 
 demo: install
 	$(BIN)/amptrain fit configs/classify-spam.toml
@@ -45,7 +51,7 @@ test: install-test
 # the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run,
 # except under CI=true, where it is printed only: a shared machine's noise must not refuse a correct change).
 test-all: lint pretrained
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile
 
 lint: install-test
 	$(BIN)/ruff check $(LINTED)

@@ -70,6 +70,34 @@ STRATEGIES = ("one_device", "mirrored", "launch")
 CELLS = [(strategy, jit, task) for strategy in STRATEGIES for jit in (False, True) for task in TASKS]
 
 
+def check_projector(run_dir, task):
+    """The best checkpoint's token embeddings for TensorBoard's projector: each table's rows
+    are the vocabulary's (under the default cap), its metadata a line a row, in id order,
+    with a header line only where it has two columns (the language model's counts)."""
+    from google.protobuf import text_format
+    from tensorboard.plugins.projector import projector_config_pb2
+
+    from amptrain.engine.projector import cell
+
+    folder = run_dir / "tensorboard" / "train"
+    config = text_format.Parse((folder / "projector_config.pbtxt").read_text(), projector_config_pb2.ProjectorConfig())
+    reader = tf.train.load_checkpoint(str(folder))
+    assert config.embeddings
+    for embedding in config.embeddings:
+        rows = reader.get_variable_to_shape_map()[embedding.tensor_name][0]
+        lines = (folder / embedding.metadata_path).read_text(encoding="utf-8").split("\n")[:-1]  # as TensorBoard splits
+        if task == "language_model":
+            assert lines[0] == "piece\tcount" and len(lines) == rows + 1
+            assert [line.split("\t")[0] for line in lines[1:3]] == ["<pad>", "<|endoftext|>"]
+            vocabulary = json.loads((run_dir / "vocab.json").read_text(encoding="utf-8"))
+        else:
+            side = embedding.metadata_path.removeprefix("projector-").removesuffix(".tsv")  # tokens, source, target
+            name = "vocab.txt" if side == "tokens" else f"vocab-{side}.txt"
+            vocabulary = (run_dir / name).read_text(encoding="utf-8").splitlines()
+            assert lines == [cell(piece) for piece in vocabulary]  # in id order, a line a row, no header
+        assert rows == len(vocabulary)
+
+
 def trained(run_dir, step=4):
     """The trained weights and the weight average's sums in a run's checkpoint of `step`."""
     reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
@@ -213,6 +241,8 @@ def test_cell_fits_evaluates_predicts_and_matches_one_device(runs, strategy, jit
     predicted = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(predicted) == 1 and predicted[0]["text"] == TEXTS[task]
 
+    if strategy == "one_device":
+        check_projector(run_dir, task)
     reference = runs.one_device(task, False if strategy == "one_device" else jit)[0]
     rms, largest = differences(trained(reference), trained(run_dir))
     with capsys.disabled():

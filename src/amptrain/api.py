@@ -203,6 +203,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
         parts=parts if task.optimizer is None else None,
         optimizer=task.optimizer,
         callbacks=task.callbacks,
+        projections=task.projections,
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)

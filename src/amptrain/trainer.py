@@ -78,6 +78,8 @@ class Trainer:
         steps_per_execution=None,
         jit_compile=None,
         seed=None,
+        projector_layer=None,
+        projector_pieces=None,
     ):
         from amptrain.tasks.keras_model.callbacks import check_callbacks
         from amptrain.tasks.keras_model.scoring import as_loss, as_metrics
@@ -103,6 +105,7 @@ class Trainer:
         self.metrics = as_metrics(metrics)
         self.optimizer = optimizer
         self.callbacks = check_callbacks(callbacks, optimizer)
+        self.projector = (projector_layer, projector_pieces)  # an embedding for TensorBoard's projector
         names = ["loss", *(name for name, _ in self.metrics)]
         self.monitor = (monitor or (names[1] if len(names) > 1 else "loss")).removeprefix("val_")
         if self.monitor not in names:
@@ -236,9 +239,8 @@ class Trainer:
         from amptrain.tasks.keras_model.callbacks import KerasCallbacks
 
         callbacks = KerasCallbacks(self.callbacks)
-        pieces = UserPieces(
-            self.model, self.loss, self.metrics, sources, self.monitor, self.higher_is_better, self.optimizer, callbacks
-        )
+        mine = (self.model, self.loss, self.metrics, sources, self.monitor, self.higher_is_better, self.optimizer)
+        pieces = UserPieces(*mine, callbacks, *self.projector)
         return KerasModelTask(config, run_dir, pieces)
 
     def _load(self):

@@ -52,20 +52,22 @@ def test_tensorboard_serves_the_runs_scalars(tiny, monkeypatch):
             assert server.poll() is None, server.stderr.read().decode()[-2000:]
             try:
                 runs = get(port, "/data/plugin/scalars/tags")
-                if "train" in runs and "dev" in runs and "loss" in runs["train"]:
+                if "train" in runs and "dev" in runs and "metrics/loss" in runs["train"]:
                     break
             except OSError:
                 pass  # not listening yet
             time.sleep(0.5)
         assert {"train", "dev"} <= set(runs), runs
-        for tag in ("loss", "learning_rate", "loss_scale", "skipped_steps", "tokens_per_second", "mfu"):
+        # Grouped as TensorBoard draws them: the scores, then precision, optimizer, speed, memory
+        tags = ("metrics/loss", "optimizer/learning_rate", "precision/loss_scale", "precision/skipped_steps")
+        for tag in tags + ("throughput/tokens_per_second", "throughput/mfu", "system/peak_memory_bytes"):
             points = get(port, "/data/plugin/scalars/scalars", run="train", tag=tag)  # [[wall time, step, value]]
             assert [step for _, step, _ in points] == train_steps, tag
-        losses = get(port, "/data/plugin/scalars/scalars", run="train", tag="loss")
+        losses = get(port, "/data/plugin/scalars/scalars", run="train", tag="metrics/loss")
         expected = [r["loss"] for r in records if r["kind"] == "train"]
         assert [value for _, _, value in losses] == pytest.approx(expected, rel=1e-6)
-        assert get(port, "/data/plugin/scalars/scalars", run="train", tag="loss_scale")[0][2] >= 1
-        accuracy = get(port, "/data/plugin/scalars/scalars", run="dev", tag="accuracy")
+        assert get(port, "/data/plugin/scalars/scalars", run="train", tag="precision/loss_scale")[0][2] >= 1
+        accuracy = get(port, "/data/plugin/scalars/scalars", run="dev", tag="metrics/accuracy")
         assert [step for _, step, _ in accuracy] == dev_steps
         histogram_tags = get(port, "/data/plugin/histograms/tags")["train"]
         assert any(t.startswith("weights/") for t in histogram_tags)

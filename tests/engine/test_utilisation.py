@@ -55,6 +55,6 @@ def test_train_records_carry_memory_and_mfu(tiny, monkeypatch):
         for event in tf.compat.v1.train.summary_iterator(path):
             tags |= {value.tag for value in event.summary.value}
             graphs += bool(event.graph_def)
-    assert {"mfu", "memory_bytes", "peak_memory_bytes"} <= tags
+    assert {"throughput/mfu", "system/memory_bytes", "system/peak_memory_bytes"} <= tags
     assert "_hparams_/session_start_info" in tags  # the run's hyperparameters, for the hparams plugin
     assert graphs == 1  # the training call's graph, once

@@ -87,7 +87,7 @@ def test_the_recipe_records_its_policy_loss_scale_and_skips_and_exports(tmp_path
     for path in tf.io.gfile.glob(str(run_dir / "tensorboard" / "train" / "events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             tags.update(v.tag for v in event.summary.value)
-    assert {"loss_scale", "skipped_steps", "loss"} <= tags
+    assert {"precision/loss_scale", "precision/skipped_steps", "metrics/loss"} <= tags
     # The export: the model's own signature; its outputs are the final test's, row for row.
     serve = tf.saved_model.load(result["export"]).signatures["serving_default"]
     sys.path.insert(0, os.path.dirname(EXAMPLE))

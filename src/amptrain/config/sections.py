@@ -129,6 +129,9 @@ class TrainConfig:
     ema_decay: float = 0.0
     # > 0: weight and gradient histograms in TensorBoard every this many steps; 0: off
     histogram_every: int = 0
+    # rows of each token embedding written for TensorBoard's projector with the best
+    # checkpoint (the most frequent pieces where their counts are known); 0: none
+    projector_rows: int = 10000
 
     def total_steps(self, steps_per_epoch):
         """`steps` when given, else `epochs` passes over the data."""
@@ -172,7 +175,7 @@ PLACEMENT_KEYS = (
     "runtime.collective_timeout",
 )
 # Keys that only say what a run records about itself: a rerun may change them and resume.
-OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every")
+OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every", "train.projector_rows")
 PATH_KEYS = (
     "data.train",
     "data.dev",

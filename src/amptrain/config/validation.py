@@ -126,6 +126,7 @@ def validate(config, task_class, check_files=True):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
     require(t.histogram_every >= 0, "train.histogram_every", "an integer >= 0 (0: no histograms)", t.histogram_every)
+    require(t.projector_rows >= 0, "train.projector_rows", "an integer >= 0 (0: no projector)", t.projector_rows)
     require(t.eval_every >= 0, "train.eval_every", "an integer >= 0 (0: once an epoch)", t.eval_every)
     require(t.patience >= 0, "train.patience", "an integer >= 0 (0: no early stopping)", t.patience)
     require(t.on_nonfinite in ON_NONFINITE, "train.on_nonfinite", " | ".join(ON_NONFINITE), t.on_nonfinite)

@@ -46,6 +46,9 @@ class Job:
     # is an evaluation interval. With it, an `epoch` record a
     # dev evaluation (its logs as Keras names them), from which a run's history is read.
     callbacks: object = None
+    # model -> [engine.projector.Projection]: the token embeddings for TensorBoard's
+    # projector, written with each best checkpoint (`Task.projections`)
+    projections: Callable = None
 
     @property
     def builds_shares(self):

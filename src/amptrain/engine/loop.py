@@ -26,6 +26,7 @@ from amptrain.engine.histograms import Histograms
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.profiling import StepProfiler
+from amptrain.engine.projector import write_projector
 from amptrain.engine.run_end import final_test, finished, stopped_by_callback, weights_fingerprint, write_eval
 from amptrain.engine.run_log import (
     EVERY_WORKER,
@@ -341,10 +342,19 @@ class _Loop:
                     )
             if improved or not self.job.has_dev and step == self.steps:
                 self.checkpoints.save_best()
+                self._project()
             if self.callbacks is not None and (step % self.eval_every == 0 or step == self.steps):
                 stop = self._epoch_end(step, metrics if self.job.has_dev else {}) or stop
         self.checkpoints.save()
         return stop
+
+    def _project(self):
+        """The best checkpoint's token embeddings for TensorBoard's projector (`projector.py`)."""
+        rows = self.config.train.projector_rows
+        if self.job.projections is None or not rows:
+            return
+        train_run = os.path.join(os.path.dirname(self.checkpoints.directory), "tensorboard", "train")
+        write_projector(train_run, self.job.projections(self.job.model), rows)
 
     def _epoch_end(self, step, dev_metrics):
         """Tells the callbacks an interval ended, with its logs as Keras names them (`loss`,

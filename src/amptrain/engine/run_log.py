@@ -144,9 +144,28 @@ def announce(config, placement, cluster, policy, policy_reason, scaler, start_st
         logger.info(scaler.describe())
 
 
+# TensorBoard groups a run's scalars by the part of their tag before "/", in alphabetical
+# order: the task's scores first, under `metrics/` (a chart draws the train, dev and test
+# runs together), then the optimizer, what the precision did, the data's size, memory
+# (`system/`) and speed.
+TAG_GROUPS = {
+    "optimizer": ("learning_rate", "grad_norm"),
+    "precision": ("loss_scale", "skipped_steps", "consecutive_skips", "overflows"),
+    "size": ("examples", "sentences", "bytes", "tokens"),
+    "system": ("memory_bytes", "peak_memory_bytes"),
+    "throughput": ("tokens_per_second", "padded_tokens_per_second", "mfu", "tokens_per_step", "real_over_padded"),
+}
+_GROUP_OF = {name: group for group, names in TAG_GROUPS.items() for name in names}
+
+
+def scalar_tag(name):
+    """The TensorBoard tag of a record's field: "precision/loss_scale", "metrics/loss", ..."""
+    return f"{_GROUP_OF.get(name, 'metrics')}/{name}"
+
+
 class Scalars:
-    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`; the run's
-    hyperparameters (the hparams plugin) with the `train` ones."""
+    """TensorBoard scalars under `run_dir/tensorboard/{train,<split>}`, tagged by group
+    (`scalar_tag`); the run's hyperparameters (the hparams plugin) with the `train` ones."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -166,7 +185,7 @@ class Scalars:
         with self.writer(group).as_default(step=step):
             for name, value in values.items():
                 if isinstance(value, (int, float)) and value is not None and not isinstance(value, bool):
-                    tf.summary.scalar(name, value)
+                    tf.summary.scalar(scalar_tag(name), value)
         self._writers[group].flush()
 
     def graph(self, graph):

@@ -69,6 +69,7 @@ class Task(abc.ABC):
     reads_corpora = False  # data.train (dev, test) may each be a file, a folder or a glob of files
     optimizer = None  # the user's optimizer (`amptrain.Trainer`), in place of the config's
     callbacks = None  # told of the run as Keras callbacks are (`engine.job.Job.callbacks`)
+    projector_layer = None  # a user's model: the name of its token embedding (`amptrain.Trainer`)
     # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
     # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None
@@ -180,6 +181,12 @@ class Task(abc.ABC):
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model = self.build_model(policy)
         return model, policy, reason
+
+    def projections(self, model):
+        """[(name, embedding table, pieces in id order, counts or None)]: the token embeddings
+        TensorBoard's projector shows, written with each best checkpoint (`engine/projector.py`);
+        none by default."""
+        return []
 
     def learning_rate_scales(self, model):
         """{id(variable): factor} of the learning rate by variable (a pretrained encoder's

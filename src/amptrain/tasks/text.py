@@ -229,6 +229,11 @@ class TextTask(Task):
     def batch_builder(self, split):
         """(indices, padded length) -> one batch of `split`: (features, targets, token_counts)."""
 
+    def projections(self, model):
+        """The token embedding: the model's largest `Embedding` of at least the vocabulary's rows."""
+        table = token_embedding(model, self.tokenizer.size)
+        return [] if table is None else [("tokens", table, self.tokenizer.vocabulary, None)]
+
     def dataset(self, split, plan, start_step=0, num_steps=None, share=None):
         from amptrain.data.pipeline import plan_dataset
 
@@ -248,6 +253,18 @@ class TextTask(Task):
         plan = self.plan(split, shuffle=False)
         outputs = predict(self.dataset(split, plan, 0, plan.steps_per_epoch))
         return [(indices, output) for (indices, _), output in zip(plan.epoch(0), outputs)]
+
+
+def token_embedding(model, rows):
+    """The embedding table of `model`'s largest `keras.layers.Embedding` (keras-hub's
+    `ReversibleEmbedding` is one) of at least `rows` rows: a from-scratch encoder's token
+    embedding, or a pretrained backbone's, whose table may have more rows than its pieces."""
+    import keras
+
+    from amptrain.models.layer_tree import walk
+
+    found = [layer for layer in walk(model) if isinstance(layer, keras.layers.Embedding) and layer.input_dim >= rows]
+    return max(found, key=lambda layer: layer.input_dim).embeddings if found else None
 
 
 def _read_labels(path):

@@ -35,6 +35,8 @@ class UserPieces:
     higher_is_better: bool = False
     optimizer: object = None  # the user's (`engine.optimizer.user_optimizer`); None: the config's
     callbacks: object = None  # `callbacks.KerasCallbacks`, or None
+    projector_layer: str = None  # the name of the model's token embedding, for TensorBoard's projector
+    projector_pieces: list = None  # its rows' pieces (None: their ids)
 
 
 class KerasModelTask(Task):
@@ -238,6 +240,21 @@ class KerasModelTask(Task):
             if live:
                 np.save(predictions_path + self.predictions_suffix, np.concatenate(live))
         return scores
+
+    def projections(self, model):
+        """The embedding the user named (`Trainer(projector_layer=...)`), its rows named by
+        `projector_pieces` or by their ids."""
+        name = self.pieces.projector_layer
+        if name is None:
+            return []
+        from amptrain.models.layer_tree import walk
+
+        found = [layer for layer in walk(model) if layer.name == name and hasattr(layer, "embeddings")]
+        if not found:
+            raise UserError(f"projector_layer: the model has no embedding layer named {name!r}")
+        table = found[0].embeddings
+        pieces = self.pieces.projector_pieces or [str(i) for i in range(int(table.shape[0]))]
+        return [(name, table, pieces, None)]
 
     def predict_texts(self, texts, model, predict):
         raise UserError("your own model predicts from Python: amptrain.Trainer(...).predict(x)")

@@ -181,6 +181,16 @@ class LanguageModelTask(Task):
         model.build()
         return model
 
+    def projections(self, model):
+        """The token embedding (also the output layer's), each piece as the text it stands for,
+        with its count in the training split's token file."""
+        tokens, counts = self.splits["train"].encoded["tokens"], np.zeros(self.tokenizer.size, np.int64)
+        for first in range(0, len(tokens), 1 << 20):  # a chunk at a time: the file may exceed memory
+            counts += np.bincount(np.asarray(tokens[first : first + (1 << 20)]), minlength=self.tokenizer.size)
+        pieces = [self.tokenizer.decode([i]) for i in range(self.tokenizer.size)]
+        pieces[0], pieces[self.eod_id] = "<pad>", "<|endoftext|>"
+        return [("tokens", model.token_embedding.embeddings, pieces, counts)]
+
     def loss(self, targets, outputs):
         """The cross-entropy of every real next piece, summed (the model makes it from the
         labels in its features, a chunk of logits at a time), and their number: float32."""

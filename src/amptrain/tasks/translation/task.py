@@ -148,6 +148,15 @@ class TranslationTask(TextTask):
             else [SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE]
         )
 
+    def projections(self, model):
+        """Both sides' token embeddings (one table when the vocabulary is shared)."""
+        if model.target_embedding is model.source_embedding:
+            return [("tokens", model.source_embedding.embeddings, self.source_tokenizer.vocabulary, None)]
+        return [
+            ("source", model.source_embedding.embeddings, self.source_tokenizer.vocabulary, None),
+            ("target", model.target_embedding.embeddings, self.target_tokenizer.vocabulary, None),
+        ]
+
     def _make_tokenizers(self, train_pairs):
         d = self.config.data
         if d.shared_vocabulary:
