@@ -106,14 +106,7 @@ class Trainer:
         self.optimizer = optimizer
         self.callbacks = check_callbacks(callbacks, optimizer)
         self.projector = (projector_layer, projector_pieces)  # an embedding for TensorBoard's projector
-        names = ["loss", *(name for name, _ in self.metrics)]
-        self.monitor = (monitor or (names[1] if len(names) > 1 else "loss")).removeprefix("val_")
-        if self.monitor not in names:
-            raise UserError(f"monitor: {self.monitor!r} is never computed; expected one of {names}")
-        mode = monitor_mode or ("min" if self.monitor == "loss" else "max")
-        if mode not in ("min", "max"):
-            raise UserError(f"monitor_mode: expected 'min' or 'max', received {monitor_mode!r}")
-        self.higher_is_better = mode == "max"
+        self.monitor, self.higher_is_better = _monitor(self.metrics, monitor, monitor_mode)
         self.batch_size = self.config.train.batch_size
         self.splits = {"train": train, "dev": dev, "test": test}
 
@@ -279,6 +272,19 @@ def configure_devices(config):
     cluster = distribute.Cluster.from_env(source=runtime.cluster)
     if cluster.is_multi_worker:
         distribute.select_strategy(runtime, cluster)
+
+
+def _monitor(metrics, monitor, monitor_mode):
+    """(the score that picks the best checkpoint, whether higher is better): `monitor` as
+    Keras names it ("val_loss" is "loss"), by default the first metric, else the loss."""
+    names = ["loss", *(name for name, _ in metrics)]
+    monitor = (monitor or (names[1] if len(names) > 1 else "loss")).removeprefix("val_")
+    if monitor not in names:
+        raise UserError(f"monitor: {monitor!r} is never computed; expected one of {names}")
+    mode = monitor_mode or ("min" if monitor == "loss" else "max")
+    if mode not in ("min", "max"):
+        raise UserError(f"monitor_mode: expected 'min' or 'max', received {monitor_mode!r}")
+    return monitor, mode == "max"
 
 
 def _global_batch(resolved, config, train):
