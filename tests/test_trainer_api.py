@@ -33,7 +33,7 @@ def data(rows=124, seed=0):
 
 def build(policy):
     ids = keras.Input((None,), dtype="int32", name="token_ids")
-    states = keras.layers.Embedding(30, 16, mask_zero=True)(ids)
+    states = keras.layers.Embedding(30, 16, mask_zero=True, name="tokens")(ids)
     pooled = keras.layers.GlobalAveragePooling1D()(states)
     return keras.Model({"token_ids": ids}, keras.layers.Dense(2, dtype="float32", name="logits")(pooled))
 
@@ -182,12 +182,15 @@ def test_a_built_model_under_another_policy_is_refused_naming_a_layer(tmp_path):
         model = build("mixed_bfloat16")
     finally:
         keras.config.set_dtype_policy("float32")
-    with pytest.raises(UserError, match=r"model: layer 'embedding.*' computes under 'mixed_bfloat16'"):
+    with pytest.raises(UserError, match=r"model: layer 'tokens' computes under 'mixed_bfloat16'"):
         make(tmp_path, model=model).fit()
 
 
 def test_the_run_folder_of_your_own_model_is_read_back_from_python(tmp_path):
-    make(tmp_path, config={**FAST, "train.steps": 1}).fit()
+    make(tmp_path, config={**FAST, "train.steps": 1}, projector_layer="tokens").fit()
+    # the named embedding, for TensorBoard's projector: its 30 rows, each named by its id
+    projected = (tmp_path / "run" / "tensorboard" / "train" / "projector-tokens.tsv").read_text().splitlines()
+    assert projected == [str(i) for i in range(30)]
     with pytest.raises(UserError, match=r"a run of your own Keras model is read back from Python"):
         amptrain.evaluate(str(tmp_path / "run"))
     saved = (tmp_path / "run" / "config.toml").read_text()
