@@ -87,6 +87,9 @@ class Seen(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.calls.append(("epoch_end", epoch, sorted(logs)))
 
+    def on_train_end(self, logs=None):
+        self.calls.append(("train_end",))
+
 
 def test_keras_callbacks_are_told_of_each_call_and_epoch_and_set_the_rate(tmp_path):
     """Steps per execution 3 over 6 steps an epoch: two batch-end calls an epoch, at batches
@@ -102,7 +105,7 @@ def test_keras_callbacks_are_told_of_each_call_and_epoch_and_set_the_rate(tmp_pa
     keys = ["loss", "val_loss"]
     assert seen.calls == [
         ("train_begin",), ("epoch_begin", 0), ("batch_end", 2), ("batch_end", 5), ("epoch_end", 0, keys),
-        ("epoch_begin", 1), ("batch_end", 2), ("batch_end", 5), ("epoch_end", 1, keys),
+        ("epoch_begin", 1), ("batch_end", 2), ("batch_end", 5), ("epoch_end", 1, keys), ("train_end",),
     ]  # fmt: skip
     rates = [r["learning_rate"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
     assert rates == pytest.approx([0.01, 0.005])

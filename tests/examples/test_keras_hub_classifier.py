@@ -83,6 +83,6 @@ def test_minilm_from_its_folder_trains_and_scores(example, tmp_path):
     assert len(vocabulary) == 30522 and vocabulary[0] == "[PAD]"
     run = example.trainer(vocabulary, data, str(tmp_path / "run"), FAST, pretrained=MINILM)
     assert run.model("float32").backbone.num_layers == 6  # the checkpoint's, not the tiny config
-    test = run.fit()
+    test = run.fit().test
     assert test["examples"] == ROWS and np.isfinite(test["loss"])
     assert run.evaluate("test") == pytest.approx(test)

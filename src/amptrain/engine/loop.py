@@ -138,10 +138,17 @@ class _Loop:
         self.epoch_loss = [0.0, 0]  # the training loss's sum and steps since the interval began
 
     def run(self, start_step):
-        step = start_step
+        """Trains from `start_step` to the end (or an early stop); callbacks are told of the
+        run's beginning and, unless it was interrupted, of its end."""
         if self.callbacks is not None:
             epochs = -(-self.steps // self.eval_every)
             self.callbacks.train_begin(self.job.model, self.trainer.optimizer, epochs, self.eval_every)
+        self._run(start_step)
+        if self.callbacks is not None:
+            self.callbacks.train_end({})
+
+    def _run(self, start_step):
+        step = start_step
         try:
             due = self.job.has_dev and step and (step % self.eval_every == 0 or step == self.steps)
             if due and evaluation_missed(self.checkpoints.source, step) and self._evaluate_and_checkpoint(step):
@@ -163,8 +170,6 @@ class _Loop:
         finally:
             if self.profiler:  # a run that ended (or stopped) inside the range
                 self.profiler.stop(int(self.trainer.step.numpy()))
-        if self.callbacks is not None:
-            self.callbacks.train_end({})
 
     def _train_from(self, step):
         """Trains from `step` until the end, an early stop, or a restore; returns the step reached."""
