@@ -48,6 +48,10 @@ class ModelConfig:
     dropout: float = 0.1
     num_decoder_layers: int = 0  # translation: 0 means model.num_layers
     tie_embeddings: bool = True  # translation: the output projection is the target embedding
+    # "blocks": each Transformer block keeps only its input for the backward pass and is
+    # recomputed there (models/remat.py): about one more forward pass for most of the memory
+    # a row of the batch takes; "none": every activation kept
+    remat: str = "none"
     # a pretrained encoder's folder (classification, ner): Hugging Face (config.json,
     # model.safetensors, vocab.txt) or keras-hub preset layout; the shape keys above then
     # come from it (config/pretrained.py), its vocabulary and casing too

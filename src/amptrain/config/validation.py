@@ -64,6 +64,13 @@ def validate(config, task_class, check_files=True):
         m.num_heads,
     )
     require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
+    require(m.remat in ("none", "blocks"), "model.remat", '"none" or "blocks"', m.remat)
+    require(
+        not (m.pretrained and m.remat != "none"),
+        "model.remat",
+        '"none" with model.pretrained (its blocks are keras-hub\'s, which recompute nothing)',
+        m.remat,
+    )
     require(
         m.num_decoder_layers >= 0,
         "model.num_decoder_layers",

@@ -17,6 +17,8 @@ import keras
 from keras import ops
 
 from amptrain.models.dropout import Dropout
+from amptrain.models.lean import LayerNormalization, gelu, softmax_to
+from amptrain.models.remat import recomputed
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -82,8 +84,10 @@ def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training
     # must stay far below every real score, which fp16's range (6.5e4) cannot promise.
     scores = ops.cast(scores, "float32")
     if keep is not None:
-        scores = ops.where(keep, scores, ops.full_like(scores, -1e9))
-    weights = ops.cast(ops.softmax(scores, axis=-1), compute_dtype)
+        # A scalar, broadcast by the select: a tensor of the scores' size filled with it depends
+        # on nothing, so it was made at the step's start and held, a float32 score tensor a layer.
+        scores = ops.where(keep, scores, ops.convert_to_tensor(-1e9, "float32"))
+    weights = softmax_to(scores, compute_dtype)  # keeps the cast probabilities only (lean.py)
     weights = dropout(weights, training=training)
     context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
     return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, heads * head_dim))
@@ -194,20 +198,21 @@ class EncoderBlock(keras.layers.Layer):
     un-normalised, which is also what lets a half-precision run stay stable.
     """
 
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+        self.remat = remat  # True: its activations recomputed in the backward pass (remat.py)
         policy = self.dtype_policy
         # === Layers ===
-        # Keras's LayerNormalization computes its statistics in float32 under mixed
-        # policies (ops.layer_normalization upcasts), so it needs no pinned dtype.
-        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
+        # LayerNormalization computes its statistics in float32 under mixed policies,
+        # so it needs no pinned dtype (lean.py: it keeps its input in the compute dtype).
+        self.attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
         self.attention = MultiHeadSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
-        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
         self.residual_dropout = Dropout(dropout, dtype=policy)
 
@@ -217,6 +222,11 @@ class EncoderBlock(keras.layers.Layer):
         self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
 
     def call(self, x, padding_mask=None, training=False):
+        if self.remat and training:
+            return recomputed(self, lambda x: self._body(x, padding_mask, True), x)
+        return self._body(x, padding_mask, training)
+
+    def _body(self, x, padding_mask, training):
         attended = self.attention(self.attention_norm(x), padding_mask=padding_mask, training=training)
         x = x + self.residual_dropout(attended, training=training)
         transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
@@ -229,6 +239,7 @@ class EncoderBlock(keras.layers.Layer):
             "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
+            "remat": self.remat,
         }
 
 
@@ -236,24 +247,21 @@ class EncoderBlock(keras.layers.Layer):
 class DecoderBlock(keras.layers.Layer):
     """Pre-norm decoder block: causal self-attention, cross-attention, feed-forward."""
 
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+        self.remat = remat  # True: its activations recomputed in the backward pass (remat.py)
         policy = self.dtype_policy
         # === Layers ===
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, dtype=policy, name="self_attention_norm"
-        )
+        self.self_attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="self_attention_norm")
         self.self_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="self_attention")
-        self.cross_attention_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, dtype=policy, name="cross_attention_norm"
-        )
+        self.cross_attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="cross_attention_norm")
         self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
-        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
         self.residual_dropout = Dropout(dropout, dtype=policy)
 
@@ -271,6 +279,11 @@ class DecoderBlock(keras.layers.Layer):
 
     def call(self, x, memory, memory_mask, target_mask, training=False):
         """Teacher forcing over a whole target: position i sees positions 0..i only."""
+        if self.remat and training:
+            return recomputed(self, lambda x, memory: self._body(x, memory, memory_mask, target_mask, True), x, memory)
+        return self._body(x, memory, memory_mask, target_mask, training)
+
+    def _body(self, x, memory, memory_mask, target_mask, training):
         length = ops.shape(x)[1]
         positions = ops.arange(length)
         causal = positions[:, None] >= positions[None, :]  # (query, key)
@@ -307,4 +320,5 @@ class DecoderBlock(keras.layers.Layer):
             "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
+            "remat": self.remat,
         }

@@ -13,7 +13,8 @@ its half is below `round(rate * 65536)`: the drop probability is that count over
 The random draw (`StatelessRandomUniformFullIntV2`) is one op; the split, the comparison
 and the scaling are elementwise ops that `runtime.jit_compile = "fusible"` compiles with
 their neighbours. Stateless as Keras's: the layer's `SeedGenerator` (its state is in the
-checkpoint) gives each call's seed, so a resumed run draws the same masks.
+checkpoint) gives each call's seed, so a resumed run draws the same masks, and a block whose
+activations are recomputed in the backward pass (`remat.py`) draws them again identically.
 """
 
 import keras
@@ -52,11 +53,26 @@ class Dropout(keras.layers.Dropout):
         count, probability = drop_threshold(self.rate)
         if count == RESOLUTION:
             return tf.zeros_like(inputs)
-        seed = self.seed_generator.next()
-        if seed.dtype != tf.int32:  # as Keras's TensorFlow backend: its seed variable is int64
-            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+        # The mask waits for the input: drawn when the input is ready, not held from the step's
+        # start (a recomputed block's replay would otherwise draw its masks in the forward pass).
+        with tf.control_dependencies([inputs]):
+            seed = tf.identity(self._seed())
         keep = keep_mask(tf.shape(inputs), self.rate, seed)
         scaled = inputs * tf.cast(1.0 / (1.0 - probability), inputs.dtype)
         # A product, as TensorFlow's stateless_dropout: `tf.where(keep, scaled, zeros)` made
         # the "fusible" clustering build a cycle on static shapes (tests/engine/test_xla_modes.py).
         return scaled * tf.cast(keep, inputs.dtype)
+
+    def _seed(self):
+        """This call's seed, from the layer's generator; under recomputation (`models/remat.py`)
+        the forward pass's seeds are recorded and the backward pass's replay of it reads them
+        back in order, so both draw the same masks."""
+        replay = getattr(self, "_seeds", None)
+        if replay is not None and replay.replaying:
+            return replay.next()
+        seed = self.seed_generator.next()
+        if seed.dtype != tf.int32:  # as Keras's TensorFlow backend: its seed variable is int64
+            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+        if replay is not None:
+            replay.record(seed)
+        return seed

@@ -4,6 +4,7 @@ import keras
 
 from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
 from amptrain.models.dropout import Dropout
+from amptrain.models.lean import LayerNormalization
 
 
 def encode(
@@ -24,6 +25,9 @@ def encode(
         x = x + extra
     x = Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
     for i in range(c.num_layers):
-        block = EncoderBlock(c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}")
+        remat = getattr(c, "remat", "none") == "blocks"
+        block = EncoderBlock(
+            c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, remat=remat, dtype=dtype, name=f"block_{i}"
+        )
         x = block(x, padding_mask=padding_mask)
-    return keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")(x)
+    return LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")(x)

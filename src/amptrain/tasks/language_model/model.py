@@ -24,6 +24,8 @@ from keras import ops
 from amptrain.models.blocks import Attention
 from amptrain.models.dropout import Dropout
 from amptrain.models.islands import float32_island
+from amptrain.models.lean import LayerNormalization, gelu
+from amptrain.models.remat import recomputed
 from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 
 
@@ -40,7 +42,7 @@ class CausalSelfAttention(Attention):
 class CausalBlock(keras.layers.Layer):
     """Pre-norm: x + attention(norm(x)) over the kept keys, then x + ffn(norm(x))."""
 
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, **kwargs):
+    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_dim, self.num_heads, self.intermediate_dim, self.dropout = (
             hidden_dim,
@@ -48,11 +50,12 @@ class CausalBlock(keras.layers.Layer):
             intermediate_dim,
             dropout,
         )
+        self.remat = remat  # True: its activations recomputed in the backward pass (models/remat.py)
         policy = self.dtype_policy
-        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
+        self.attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
         self.attention = CausalSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
-        self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation="gelu", dtype=policy, name="ffn_in")
+        self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
+        self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
         self.residual_dropout = Dropout(dropout, dtype=policy)
 
@@ -63,6 +66,11 @@ class CausalBlock(keras.layers.Layer):
 
     def call(self, x, keep, training=False):
         """`keep`: bool (batch, query, key), True where a query may see a key."""
+        if self.remat and training:
+            return recomputed(self, lambda x: self._body(x, keep, True), x)
+        return self._body(x, keep, training)
+
+    def _body(self, x, keep, training):
         normed = self.attention_norm(x)
         x = x + self.residual_dropout(self.attention(normed, normed, keep, training=training), training=training)
         return self._ffn(x, training)
@@ -86,6 +94,7 @@ class CausalBlock(keras.layers.Layer):
             "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
+            "remat": self.remat,
         }
 
 
@@ -134,6 +143,7 @@ class LanguageModel(keras.Model):
         self.vocabulary_size, self.max_length = vocabulary_size, max_length
         self.hidden_dim, self.num_heads, self.intermediate_dim = c.hidden_dim, c.num_heads, c.intermediate_dim
         self.num_layers, self.dropout = c.num_layers, c.dropout
+        self.remat = getattr(c, "remat", "none")  # "blocks": each block recomputed in the backward pass
         self.layers_dtype = keras.dtype_policies.get(dtype).name
         self.token_embedding = keras.layers.Embedding(vocabulary_size, c.hidden_dim, dtype=dtype, name="tokens")
         self.position_embedding = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="positions")
@@ -141,10 +151,16 @@ class LanguageModel(keras.Model):
         # One attribute a block: TensorFlow checkpoints follow attributes, not a list of layers.
         for i in range(c.num_layers):
             block = CausalBlock(
-                c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"block_{i}"
+                c.hidden_dim,
+                c.num_heads,
+                c.intermediate_dim,
+                c.dropout,
+                remat=self.remat == "blocks",
+                dtype=dtype,
+                name=f"block_{i}",
             )
             setattr(self, f"block_{i}", block)
-        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")
+        self.final_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")
         logits = TiedLogits(self.token_embedding, dtype="float32", name="logits")
         self.logits = float32_island(logits, "the logits feed a softmax over the vocabulary and the loss")
 
@@ -207,5 +223,6 @@ class LanguageModel(keras.Model):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
+                "remat": self.remat,
             },
         }

@@ -32,6 +32,7 @@ from keras import ops
 
 from amptrain.models.blocks import DecoderBlock, EncoderBlock
 from amptrain.models.dropout import Dropout
+from amptrain.models.lean import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -129,7 +130,7 @@ class Translator(keras.Model):
         self.target_positions = keras.layers.Embedding(max_length, c.hidden_dim, dtype=dtype, name="target_positions")
         self.embedding_dropout = Dropout(c.dropout, dtype=dtype)
         self._add_blocks(c, dtype)
-        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
+        self.decoder_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="decoder_norm")
         self.output_projection = OutputProjection(
             target_vocabulary_size, tied=c.tie_embeddings, dtype="float32", name="logits"
         )
@@ -143,21 +144,34 @@ class Translator(keras.Model):
         # decoded garbage: its checkpoint held the embeddings and norms, and no block).
         self.num_encoder_layers = c.num_layers
         self.num_decoder_layers = c.num_decoder_layers or c.num_layers
+        self.remat = getattr(c, "remat", "none")  # "blocks": each block recomputed in the backward pass
         for i in range(self.num_encoder_layers):
             setattr(
                 self,
                 f"encoder_{i}",
                 EncoderBlock(
-                    c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"encoder_{i}"
+                    c.hidden_dim,
+                    c.num_heads,
+                    c.intermediate_dim,
+                    c.dropout,
+                    remat=self.remat == "blocks",
+                    dtype=dtype,
+                    name=f"encoder_{i}",
                 ),
             )
-        self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="encoder_norm")
+        self.encoder_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="encoder_norm")
         for i in range(self.num_decoder_layers):
             setattr(
                 self,
                 f"decoder_{i}",
                 DecoderBlock(
-                    c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, dtype=dtype, name=f"decoder_{i}"
+                    c.hidden_dim,
+                    c.num_heads,
+                    c.intermediate_dim,
+                    c.dropout,
+                    remat=self.remat == "blocks",
+                    dtype=dtype,
+                    name=f"decoder_{i}",
                 ),
             )
 
@@ -172,6 +186,7 @@ class Translator(keras.Model):
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
             "tie_embeddings": self.tie_embeddings,
+            "remat": self.remat,
         }
         return {
             "name": self.name,

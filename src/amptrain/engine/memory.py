@@ -1,0 +1,222 @@
+"""What a training step needs in memory, counted from the model before anything trains.
+
+    estimate = estimate_step(model, loss_fn, signature, optimizer, max_length=128)
+    estimate.total(batch_size)          # bytes: fixed + weights + gradients + slots + batch x row
+    estimate.largest_batch(4 * 2**30)   # the largest multiple of 8 under a budget
+    estimate.kept_by_kind()             # what the backward pass keeps a row, by op and dtype
+
+The weights, the gradients (float32, one a trainable variable) and the optimizer's slots are
+the variables' own sizes. A row's activations come from the training step's graph, traced
+once a batch size (twice: the difference is what a row costs, the rest is batch-independent,
+such as the weights cast to the compute dtype): the step's operations are run in the order a
+first-in-first-out ready queue gives, as TensorFlow's executor does, each tensor alive from
+the operation that makes it to the last one that reads it (an op that aliases its input,
+a reshape or an identity, extends its input's life instead of allocating), and the peak of
+the bytes alive is the step's. It counts what the backward pass keeps (the tensors of the
+forward pass it reads) and the backward pass's own temporaries at their largest.
+
+What it cannot see: the runtime itself (TensorFlow, the thread pools, oneDNN's kernels and
+caches), measured here as this process's resident memory with the model built, without its
+weights; the allocator's slack; kernels that write a copy the graph does not show.
+"""
+
+import collections
+import dataclasses
+import math
+
+# Ops whose output is (or may be) a view of their first input: no new buffer.
+_ALIASES = {"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Snapshot"}
+# Ops whose output is not the step's to allocate (variables, their reads, constants, inputs).
+_FREE = {"ReadVariableOp", "VarHandleOp", "Const", "Placeholder", "NoOp", "AssignVariableOp"}
+
+
+@dataclasses.dataclass
+class Estimate:
+    """Bytes of one training step at any batch size: `fixed + weights + gradients + slots +
+    static + rows x per_row`. `kept`: {(op type, dtype): bytes a row} the backward pass keeps."""
+
+    policy: str
+    weights: int
+    gradients: int
+    slots: int
+    static: int  # batch-independent tensors of the step (weights cast to the compute dtype, ...)
+    per_row: float  # the step's peak of tensors alive, a row
+    kept_per_row: float  # of which the forward pass's tensors the backward pass keeps
+    fixed: int  # the runtime's own memory before the first step
+    parameters: int
+    trainable_parameters: int
+    kept: dict = dataclasses.field(default_factory=dict)
+
+    def total(self, batch_size):
+        return int(self.fixed + self.weights + self.gradients + self.slots + self.static + batch_size * self.per_row)
+
+    def largest_batch(self, budget, multiple=8):
+        """The largest batch (a multiple of `multiple`) whose total stays under `budget`, or 0."""
+        room = budget - self.total(0)
+        rows = int(room // self.per_row) if self.per_row > 0 and room > 0 else 0
+        return rows - rows % multiple
+
+    def kept_by_kind(self):
+        return sorted(self.kept.items(), key=lambda item: -item[1])
+
+    def as_record(self, batch_size=None, budget=None):
+        record = {
+            "policy": self.policy,
+            "parameters": self.parameters,
+            "trainable_parameters": self.trainable_parameters,
+            "weights_bytes": self.weights,
+            "gradients_bytes": self.gradients,
+            "optimizer_slots_bytes": self.slots,
+            "step_static_bytes": self.static,
+            "activations_bytes_per_row": round(self.per_row),
+            "kept_for_backward_bytes_per_row": round(self.kept_per_row),
+            "runtime_bytes": self.fixed,
+        }
+        if batch_size:
+            record.update(batch_size=batch_size, total_bytes=self.total(batch_size))
+        if budget:
+            record.update(memory_limit_bytes=budget, largest_batch=self.largest_batch(budget))
+        return record
+
+
+def _nbytes(tensor):
+    count = tensor.shape.num_elements()
+    return 0 if count is None or tensor.dtype.name in ("resource", "variant") else count * tensor.dtype.size
+
+
+def _ancestors(ops):
+    seen, stack = set(), list(ops)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def graph_memory(graph, loss, outputs):
+    """(peak bytes alive, {(op type, dtype): bytes kept for the backward pass}) of a traced step:
+    `loss` the forward pass's result, `outputs` what the step returns (the gradients)."""
+    forward = _ancestors([loss.op])
+    live = _ancestors([t.op for t in outputs])
+    ops = [op for op in graph.get_operations() if op.name in live]
+    kept = collections.Counter()
+    readers, owner = collections.defaultdict(int), {}
+    for op in ops:
+        for tensor in op.inputs:
+            readers[tensor.name] += 1
+            if tensor.op.name in forward and op.name not in forward and tensor.op.type not in _FREE | _ALIASES:
+                kept[tensor.name] = (tensor.op.type, tensor.dtype.name, _nbytes(tensor))
+    kinds = collections.Counter()
+    for kind, dtype, size in kept.values():
+        kinds[(kind, dtype)] += size
+    return _simulate(ops, readers, owner), dict(kinds)
+
+
+def _simulate(ops, readers, owner):
+    """The peak bytes alive when `ops` run in ready-queue order (first ready, first run)."""
+    waiting = {op.name: len({t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}) for op in ops}
+    after = collections.defaultdict(set)
+    for op in ops:
+        for name in {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}:
+            after[name].add(op)
+    ready = collections.deque(op for op in ops if waiting[op.name] == 0)
+    buffers, uses, alive, peak = {}, collections.Counter(), 0, 0
+    while ready:
+        op = ready.popleft()
+        for tensor in op.outputs:
+            if op.type in _ALIASES and op.inputs:
+                owner[tensor.name] = owner.get(op.inputs[0].name, op.inputs[0].name)
+            else:
+                owner[tensor.name] = tensor.name
+                buffers[tensor.name] = 0 if op.type in _FREE else _nbytes(tensor)
+                alive += buffers[tensor.name]
+            uses[owner[tensor.name]] += readers[tensor.name]
+        peak = max(peak, alive)
+        for tensor in op.inputs:
+            buffer = owner.get(tensor.name, tensor.name)
+            uses[buffer] -= 1
+            if uses[buffer] == 0 and buffer in buffers:
+                alive -= buffers.pop(buffer)
+        for name in [t.name for t in op.outputs]:  # read by nothing: freed at once
+            buffer = owner[name]
+            if uses[buffer] == 0 and buffer in buffers:
+                alive -= buffers.pop(buffer)
+        for successor in after[op.name]:
+            waiting[successor.name] -= 1
+            if waiting[successor.name] == 0:
+                ready.append(successor)
+    return peak
+
+
+def resident_bytes():
+    """This process's resident memory now (Linux), or 0."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def elements(variable):
+    return math.prod(int(d) for d in variable.shape)
+
+
+def variable_bytes(variables):
+    import tensorflow as tf
+
+    return sum(elements(v) * tf.as_dtype(v.dtype).size for v in variables)
+
+
+def fixed_specs(signature, batch_size, length):
+    """`signature`'s specs (features, targets, ...) with the batch and every unknown length set."""
+    import tensorflow as tf
+
+    def fix(spec):
+        dims = [batch_size] + [length if d is None else d for d in spec.shape[1:]]
+        return tf.TensorSpec(dims, spec.dtype)
+
+    return tf.nest.map_structure(fix, signature)
+
+
+def estimate_step(trainer, model, signature, length, policy, optimizer, extra_state=(), batches=(8, 16)):
+    """The `Estimate` of `trainer`'s training step (an `engine.step_runner.StepRunner`): its
+    forward and backward pass (`forward_backward`) traced at two batch sizes of `length`
+    positions; `signature` the task's (features, targets, token counts); `extra_state`: more
+    variables the step keeps (a weight average's)."""
+    import tensorflow as tf
+
+    counted = []
+    # A function of its own: the runner's relaxes its shapes (`reduce_retracing`), and this
+    # counts at known ones.
+    step = tf.function(trainer.forward_backward.python_function, autograph=False)
+    for batch_size in batches:
+        features, targets = fixed_specs(signature[:2], batch_size, length)
+        traced = step.get_concrete_function(features, targets, tf.TensorSpec((), tf.float32))
+        loss_sum = traced.structured_outputs[0]
+        counted.append(graph_memory(traced.graph, loss_sum, traced.outputs))
+    (small_peak, small_kept), (large_peak, large_kept) = counted
+    rows = batches[1] - batches[0]
+    per_row = max(large_peak - small_peak, 0) / rows
+    kept = {key: max(size - small_kept.get(key, 0), 0) / rows for key, size in large_kept.items()}
+    trainable = model.trainable_variables
+    weights = variable_bytes(model.variables)
+    slots = variable_bytes(optimizer.variables) + variable_bytes(extra_state)
+    return Estimate(
+        policy=policy,
+        weights=weights,
+        gradients=sum(elements(v) * 4 for v in trainable),
+        slots=slots,
+        static=int(max(small_peak - batches[0] * per_row, 0)),
+        per_row=per_row,
+        kept_per_row=sum(kept.values()),
+        fixed=max(resident_bytes() - weights - slots, 0),
+        parameters=sum(elements(v) for v in model.weights),
+        trainable_parameters=sum(elements(v) for v in trainable),
+        kept={f"{kind} {dtype}": round(size) for (kind, dtype), size in kept.items() if size > 0},
+    )

@@ -1,0 +1,130 @@
+"""`model.remat = "blocks"`: each block recomputed in the backward pass gives the step's loss
+and gradients of keeping everything (dropout's masks drawn again identically), keeps a
+fraction of the activations, and advances the seed generators as without it."""
+
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from amptrain import config as config_lib
+from amptrain.bench.worker import build_trainer
+from amptrain.engine import memory
+from amptrain.tasks import prepared_in_scratch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import forked_cli  # noqa: E402
+
+
+def built(config_path, remat, policy="float32", strategy=None):
+    keras.utils.set_random_seed(1)
+    settings = [("precision.policy", policy), ("model.remat", remat), ("model.dropout", 0.1)]
+    task = prepared_in_scratch(config_lib.load_config(config_path, settings))
+    model, _, _ = task.create_model(strategy)
+    return task, model
+
+
+def step(task, model, features, targets, jit):
+    @tf.function(jit_compile=jit, autograph=False)
+    def run(features, targets):
+        with tf.GradientTape() as tape:
+            loss_sum, _ = task.loss(targets, model(features, training=True))
+        return loss_sum, tape.gradient(loss_sum, model.trainable_variables)
+
+    loss, gradients = run(features, targets)
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in gradients]
+
+
+def same_step(config_path, policy="float32", jit=False):
+    """(loss, gradients, seed states) of one step with and without recomputation, from the same
+    weights and seed generators."""
+    (task, plain), (_, recomputed) = built(config_path, "none", policy), built(config_path, "blocks", policy)
+    features, targets = next(iter(task.train_dataset(0)))[:2]
+    plain(features), recomputed(features)
+    for a, b in zip(plain.variables, recomputed.variables):
+        b.assign(a)
+    results = [step(task, model, features, targets, jit) for model in (plain, recomputed)]
+    seeds = [[np.asarray(v) for v in m.non_trainable_variables] for m in (plain, recomputed)]
+    return results, seeds
+
+
+def assert_same(results, seeds, rtol=1e-6):
+    (loss, gradients), (loss_remat, gradients_remat) = results
+    assert loss == pytest.approx(loss_remat, rel=rtol)
+    for a, b in zip(gradients, gradients_remat):
+        assert np.max(np.abs(a - b)) <= rtol * max(np.max(np.abs(a)), 1e-30)
+    assert all(np.array_equal(a, b) for a, b in zip(*seeds)), "the seed generators moved differently"
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_a_recomputed_classifier_gives_the_same_loss_and_gradients(tiny, jit):
+    assert_same(*same_step(str(tiny / "tiny.toml"), jit=jit))
+
+
+def test_recomputation_under_bfloat16_gives_the_same_step(tiny):
+    assert_same(*same_step(str(tiny / "tiny.toml"), policy="mixed_bfloat16"), rtol=1e-2)
+
+
+@pytest.mark.slow
+def test_the_language_model_and_the_translator_recompute_to_the_same_step(tiny_translation, tmp_path):
+    from tasks.test_language_model import write_tiny_corpus
+
+    assert_same(*same_step(str(write_tiny_corpus(tmp_path) / "tiny.toml")))
+    assert_same(*same_step(str(tiny_translation / "tiny.toml")))
+
+
+def test_recomputed_blocks_keep_a_fraction_of_a_rows_activations(tiny):
+    kept = {}
+    for remat in ("none", "blocks"):
+        config = config_lib.load_config(
+            str(tiny / "tiny.toml"), [("model.remat", remat), ("precision.policy", "float32"), ("model.num_layers", 3)]
+        )
+        task, model, trainer, policy = build_trainer(config)
+        kept[remat] = memory.estimate_step(
+            trainer, model, task.signature(), config.data.max_length, policy, trainer.optimizer
+        )
+    # Three blocks keep their inputs, and one block's recomputation is alive at a time.
+    assert kept["blocks"].kept_per_row < kept["none"].kept_per_row / 4
+    assert kept["blocks"].per_row < kept["none"].per_row * 0.6
+
+
+TWO_REPLICAS = """
+import sys
+sys.path.insert(0, {tests!r})
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import numpy as np
+from models.test_remat import built
+from amptrain.distribute import distribute_batches
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+results = []
+for remat in ("none", "blocks"):
+    task, model = built({config!r}, remat, strategy=strategy)
+    batches = iter(distribute_batches(strategy, lambda: task.train_dataset(0)))
+    features, targets = next(batches)[:2]
+    @tf.function(autograph=False)
+    def run(features, targets):
+        def replica(features, targets):
+            with tf.GradientTape() as tape:
+                loss_sum, _ = task.loss(targets, model(features, training=True))
+            return [tf.convert_to_tensor(g) for g in tape.gradient(loss_sum, model.trainable_variables)]
+        return strategy.run(replica, (features, targets))
+    gradients = run(features, targets)
+    results.append([strategy.reduce("SUM", g, axis=None).numpy() for g in gradients])
+worst = max(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30) for a, b in zip(*results))
+assert worst <= 1e-6, worst
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_recomputation_under_two_mirrored_replicas_gives_the_same_gradients(tiny):
+    # Logical devices are set before TensorFlow starts: a process of its own (forked_cli.py).
+    code = TWO_REPLICAS.format(tests=os.path.dirname(HERE), config=str(tiny / "tiny.toml"))
+    result = forked_cli.python(["-c", code], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
