@@ -64,7 +64,8 @@ def build_amptrain(names, dropout, steps, extra=()):
     sys.path.insert(0, os.path.join(ROOT, "src"))
     os.chdir(ROOT)
     from amptrain import config as config_lib
-    from amptrain.bench.worker import build_trainer, one_batch_repeated
+    from amptrain.bench.building import build_trainer
+    from amptrain.bench.worker import one_batch_repeated
     from amptrain.distribute import distribute_batches
 
     seed = [

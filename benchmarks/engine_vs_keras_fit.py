@@ -87,7 +87,7 @@ def measure_engine(config, task, steps):
     """Seconds and real tokens of `steps` steps after the warm-up, counted by the
     trainer (`trainer.step`, the tokens totals): a graph call may run fewer steps than
     asked (it stops early when the loss scale is at its floor)."""
-    from amptrain.bench.worker import build_trainer
+    from amptrain.bench.building import build_trainer
 
     _, _, trainer, _ = build_trainer(config, task=task)
     spe = config.runtime.steps_per_execution

@@ -102,7 +102,7 @@ def build(overrides):
     from bucketing import CONFIG, base_overrides, write_english_csv
 
     from amptrain import config as config_lib
-    from amptrain.bench.worker import build_trainer
+    from amptrain.bench.building import build_trainer
 
     with tempfile.TemporaryDirectory() as scratch:
         data = os.path.join(scratch, "english.csv")

@@ -8,6 +8,7 @@ amptrain predict runs/classify-spam/export --text "see you at lunch"          # 
 amptrain audit configs/classify-spam.toml --set precision.policy=mixed_float16 [--json]
 amptrain launch --workers 2 configs/classify-spam.toml   # a multi-worker run on this machine
 amptrain doctor [--json]                                  # the hardware, the `auto` policy, the peaks
+amptrain doctor --memory configs/classify-spam.toml --memory-limit 4GiB   # what fits, before training
 amptrain --verbose COMMAND ...   # TensorFlow's own logs too (or AMPTRAIN_TF_LOGS=1); `amptrain --version`
 """
 
@@ -254,12 +255,20 @@ def _add_doctor(commands):
         help="also run the `auto` measurement (each candidate's tokens/s) on this config's model, e.g. a small one",
     )
     doctor.add_argument(
+        "--memory",
+        metavar="CONFIG",
+        help="estimate what this config's training needs in memory a precision, from its model, before it trains",
+    )
+    doctor.add_argument(
+        "--memory-limit", help="with --memory: the largest batch under this budget, e.g. 4GiB (a CPU's RSS)"
+    )
+    doctor.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override a value of the --probe config (repeatable)",
+        help="override a value of the --probe or --memory config (repeatable)",
     )
     doctor.set_defaults(run=_doctor)
 
@@ -362,6 +371,10 @@ def _launch(args):
 def _doctor(args):
     from amptrain import doctor
 
+    if args.memory:
+        from amptrain.bench.memory_plan import doctor_memory
+
+        return doctor_memory(args.memory, args.overrides, args.memory_limit, args.json)
     report = doctor.diagnose(measure_peaks=not args.no_peaks, refresh=args.remeasure)
     if args.probe:
         report["probe"] = doctor.probe_config(args.probe, args.overrides)

@@ -199,6 +199,18 @@ class Trainer:
         description = f"your model: {describe_builder(self.model).split()[0]}"
         return bench_in_process(self._task, self.config, grid, steps, repeats, out_dir, description)
 
+    def memory(self, precisions=None, memory_limit=None):
+        """What training your model needs in memory, estimated before it trains (as `amptrain
+        doctor --memory` does for a config): a record a precision with the bytes of the weights,
+        gradients, optimizer slots, the activations a row of the batch (the traced step's peak),
+        the runtime's own, the total at your batch size and, given `memory_limit` (bytes or
+        "4GiB"), the largest batch under it. `precisions`: default the config's policy, or all
+        three with a builder and `precision.policy = "auto"`; a built model has its own."""
+        from amptrain.bench.memory_plan import plan_yours
+
+        built = isinstance(self.model, _keras_model())
+        return plan_yours(self._resolved(), built, precisions, memory_limit, self._task)
+
     # === Parts ===
 
     def _resolved(self):

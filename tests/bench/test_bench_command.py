@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from amptrain.bench.memory_plan import parse_memory
 from amptrain.bench.report import format_table, markdown_report
-from amptrain.bench.runner import add_ratios, parse_memory
+from amptrain.bench.runner import add_ratios
 from amptrain.cli import main
 from amptrain.errors import UserError
 
@@ -228,8 +229,27 @@ def test_max_batch_reports_why_a_trial_failed(monkeypatch):
     monkeypatch.setattr(runner, "run_worker", failing_worker)
     lines = []
     largest, tried = runner.find_max_batch("c.toml", [], "float32", True, 8, 2**30, start=32, progress=lines.append)
-    assert largest is None and tried == {32: None}
-    assert lines == ["  float32: batch 32 failed (ValueError: something broke) does not fit"]
+    assert largest is None and tried == {32: None, 16: None, 8: None}  # smaller batches tried, down to 8
+    assert lines[0] == "  float32: batch 32 failed (ValueError: something broke) does not fit"
+
+
+def test_max_batch_from_an_estimate_steps_an_eighth_at_a_time(monkeypatch):
+    # The estimate said 200 rows; at 1 MiB a row under 100 MiB the search steps down by an
+    # eighth (200, 176, 152, 128, 112, 96: fits), then bisects once (104 does not fit).
+    from amptrain.bench import runner
+
+    monkeypatch.setattr(
+        runner, "run_worker", lambda spec: {"peak_memory_bytes": dict(spec["overrides"])["train.batch_size"] * 2**20}
+    )
+    largest, tried = runner.find_max_batch(
+        "c.toml", [], "float32", False, 1, 100 * 2**20, start=200, progress=lambda _: None, growth=1.125
+    )
+    assert largest == 96
+    assert list(tried) == [200, 176, 152, 128, 112, 96, 104]
+    largest, tried = runner.find_max_batch(
+        "c.toml", [], "float32", False, 1, 100 * 2**20, start=80, progress=lambda _: None, growth=1.125
+    )
+    assert largest == 96 and list(tried) == [80, 88, 96, 104]
 
 
 @pytest.mark.slow

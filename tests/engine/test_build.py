@@ -4,7 +4,7 @@ bench times the step training runs (weight average, accumulation, stop condition
 import pytest
 
 from amptrain import config as config_lib
-from amptrain.bench.worker import build_trainer
+from amptrain.bench.building import build_trainer
 from amptrain.engine.build import build_training
 from amptrain.tasks import prepared_in_scratch
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 from poisoned import batches, poisoned_model, squared_error
 
 from amptrain import config as config_lib
-from amptrain.bench.worker import build_trainer
+from amptrain.bench.building import build_trainer
 from amptrain.distribute import is_single_device
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.step_runner import StepRunner
@@ -158,7 +158,7 @@ COMPILE_COUNT_SCRIPT = """
 import sys
 import tensorflow as tf
 from amptrain import config as config_lib
-from amptrain.bench.worker import build_trainer
+from amptrain.bench.building import build_trainer
 
 for path in sys.argv[1:]:
     config = config_lib.load_config(path, ["runtime.jit_compile=true", "runtime.steps_per_execution=2"])

@@ -11,7 +11,7 @@ from conftest import ROOT
 
 from amptrain import config as config_lib
 from amptrain import xla_modes
-from amptrain.bench.worker import build_trainer
+from amptrain.bench.building import build_trainer
 from amptrain.engine.profiling import host_events
 
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from amptrain import config as config_lib
-from amptrain.bench.worker import build_trainer
+from amptrain.bench.building import build_trainer
 from amptrain.engine import memory
 from amptrain.tasks import prepared_in_scratch
 

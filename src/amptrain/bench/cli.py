@@ -59,7 +59,8 @@ def grid_from_args(args):
 def bench(args):
     from amptrain import config as config_lib
     from amptrain.bench import report
-    from amptrain.bench.runner import find_max_batch, parse_memory, refuse_batch_sizes, run_bench
+    from amptrain.bench.memory_plan import parse_memory
+    from amptrain.bench.runner import refuse_batch_sizes, run_bench
 
     grid = grid_from_args(args)
     if args.max_batch:  # before the grid is measured, not after
@@ -69,13 +70,9 @@ def bench(args):
     out_dir = os.path.abspath(os.path.join(run_dir, "bench"))
     results = run_bench(args.config, args.overrides, grid, args.steps, args.repeats, args.data, out_dir)
     if args.max_batch:
-        results["max_batch"] = {}
-        for precision in grid.precisions:
-            start = max(r["batch_size"] for r in results["rows"])
-            largest, tried = find_max_batch(
-                args.config, args.overrides, precision, grid.jit[-1], grid.steps_per_execution[-1], memory_limit, start
-            )
-            results["max_batch"][precision] = {"largest": largest, "tried": tried, "memory_limit_bytes": memory_limit}
+        results["max_batch"] = {
+            precision: _max_batch(args, grid, precision, memory_limit, results["rows"]) for precision in grid.precisions
+        }
         report.write_all(results, out_dir)
     print(report.format_table(results["rows"]))
     for precision, found in results.get("max_batch", {}).items():
@@ -85,6 +82,43 @@ def bench(args):
         print(results["auto_choice"])
     print(f"results in {out_dir}: results.json, report.md, " + ", ".join(_plots(out_dir)))
     return 0
+
+
+def _max_batch(args, grid, precision, memory_limit, rows):
+    """The largest batch of `precision` that fits: estimated from the model first
+    (`bench/memory_plan.py`, in a worker), then found by measured steps from there."""
+    from amptrain.bench.runner import find_max_batch, run_worker
+
+    spec = {"kind": "estimate", "config": args.config, "overrides": list(args.overrides), "precision": precision}
+    estimate = run_worker({**spec, "budget": memory_limit})
+    guess = estimate.get("largest_batch") if memory_limit else None
+    print(
+        f"  {precision}: estimated {estimate['activations_bytes_per_row'] / 2**20:.2f} MiB a row"
+        + (f", largest batch {guess}" if guess else "")
+    )
+    start = guess or max(r["batch_size"] for r in rows)
+    largest, tried = find_max_batch(
+        args.config,
+        args.overrides,
+        precision,
+        grid.jit[-1],
+        grid.steps_per_execution[-1],
+        memory_limit,
+        start,
+        growth=1.125 if guess else 2.0,
+    )
+    return {
+        "largest": largest,
+        "tried": tried,
+        "memory_limit_bytes": memory_limit,
+        "estimate": estimate,
+        "estimated_bytes": {batch: _total(estimate, batch) for batch in tried},
+    }
+
+
+def _total(estimate, batch):
+    fixed = estimate["total_bytes"] - estimate["batch_size"] * estimate["activations_bytes_per_row"]
+    return round(fixed + batch * estimate["activations_bytes_per_row"])
 
 
 def _plots(out_dir):

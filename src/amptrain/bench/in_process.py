@@ -9,7 +9,7 @@ The same grid, timing, MFU, speed-ups, report and plots as `amptrain bench CONFI
 (`runner.py`, `worker.py`, `report.py`), with one difference: a config's bench starts a
 process a combination, but your builder and datasets are Python objects of this process, so
 here the combinations run one after another in it. Each is built afresh from your builder
-under its policy (the way `fit` builds it: `worker.build_trainer`), timed, then deleted and
+under its policy (the way `fit` builds it: `building.build_trainer`), timed, then deleted and
 its memory returned (`engine.probe_trials.release`). Peak memory is the process's peak
 resident set during the combination: Linux's high-water mark is reset before each
 (`/proc/self/clear_refs`); where it cannot be reset, the column is left empty.
@@ -85,7 +85,8 @@ def measure(make_task, config, steps, repeats):
 
 def _timed(task, config, steps, repeats):
     from amptrain import distribute
-    from amptrain.bench.worker import _time_steps, build_trainer, timed_row
+    from amptrain.bench.building import build_trainer
+    from amptrain.bench.worker import _time_steps, timed_row
 
     task.prepare(("train",))
     placement = distribute.select_strategy(config.runtime)

@@ -97,6 +97,8 @@ def write_all(results, out_dir):
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2, default=str)
     plots = write_plots(results["rows"], out_dir)
+    if results.get("max_batch"):
+        write_memory_plot(results["max_batch"], out_dir, results["rows"])
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
         f.write(markdown_report(results, plots))
 
@@ -169,3 +171,48 @@ def write_plots(rows, out_dir):
         figure.savefig(os.path.join(out_dir, name), dpi=100)
         plt.close(figure)
     return [name for name, _, _ in charts]
+
+
+def write_memory_plot(max_batch, out_dir, rows=(), name="memory.png"):
+    """Peak memory against batch size after `--max-batch`: a precision's measured trials as
+    points, its estimate (`bench/memory_plan.py`) as a line, its largest batch marked, and
+    the budget across; replaces the per-combination bars of `write_plots`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    budget = None
+    for index, (precision, found) in enumerate(max_batch.items()):
+        color = f"C{index}"
+        estimate = found.get("estimate") or {}
+        label = precision + (f", remat {estimate['remat']}" if estimate.get("remat", "none") != "none" else "")
+        measured = [(int(b), peak / 2**20) for b, peak in found["tried"].items() if peak]
+        measured += [
+            (r["batch_size"], r["peak_memory_bytes"] / 2**20)
+            for r in rows
+            if r["precision"] == precision and r.get("peak_memory_bytes") and not r.get("tokens_per_batch")
+        ]
+        measured.sort()
+        if measured:
+            axes.plot(*zip(*measured), "o", color=color, label=f"{label}: measured peak")
+        if estimate:
+            top = max([int(b) for b in found["tried"]] + [found.get("largest") or 0, 8]) * 1.1
+            fixed = estimate["total_bytes"] - estimate["batch_size"] * estimate["activations_bytes_per_row"]
+            line = [(b, (fixed + b * estimate["activations_bytes_per_row"]) / 2**20) for b in (0, top)]
+            axes.plot(*zip(*line), "--", color=color, label=f"{label}: estimate")
+        if found.get("largest"):
+            axes.axvline(found["largest"], color=color, linewidth=0.8, alpha=0.5)
+        budget = found.get("memory_limit_bytes") or budget
+    if budget:
+        axes.axhline(budget / 2**20, color="black", linewidth=1, label=f"budget {budget / 2**30:.2f} GiB")
+    axes.set_xlabel("batch size (rows)")
+    axes.set_ylabel("peak memory (MiB)")
+    axes.set_title("peak memory against batch size (vertical lines: the largest batch that fits)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(os.path.join(out_dir, name), dpi=100)
+    plt.close(figure)
+    return name

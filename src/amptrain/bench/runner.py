@@ -261,65 +261,82 @@ def auto_choice(config, rows):
     )
 
 
-def parse_memory(text):
-    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes."""
-    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-    cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
+def _trial(config_path, overrides, precision, jit, spe, batch, steps, memory_limit, tried, progress):
+    """Whether a batch of `batch` rows fits: its peak (None: the run failed) into `tried`."""
+    settings = [
+        ("precision.policy", precision),
+        ("runtime.jit_compile", jit),
+        ("runtime.steps_per_execution", spe),
+        ("train.batch_size", batch),
+    ]
+    spec = {
+        "kind": "combination",
+        "config": config_path,
+        "overrides": [*overrides, *settings],
+        "steps": steps,
+        "repeats": 1,
+        "data": "synthetic",
+    }
     try:
-        if cleaned and cleaned[-1] in units:
-            return int(float(cleaned[:-1]) * units[cleaned[-1]])
-        return int(float(cleaned))
-    except ValueError:
-        raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
+        peak = run_worker(spec)["peak_memory_bytes"]
+        why = ""
+    except RuntimeError as error:  # out of memory on a device, or killed
+        peak, why = None, " (" + str(error).strip().splitlines()[-1][:200] + ")"
+    tried[batch] = peak
+    ok = peak is not None and (memory_limit is None or peak <= memory_limit)
+    progress(
+        f"  {precision}: batch {batch} "
+        + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed" + why)
+        + (" fits" if ok else " does not fit")
+    )
+    return ok
 
 
 def find_max_batch(
-    config_path, overrides, precision, jit, spe, memory_limit, start, progress=print, steps=1, resolution=1 / 16
+    config_path,
+    overrides,
+    precision,
+    jit,
+    spe,
+    memory_limit,
+    start,
+    progress=print,
+    steps=1,
+    resolution=1 / 16,
+    growth=2.0,
 ):
     """The largest batch (a multiple of 8) whose run fits: the worker succeeds and, on a
-    CPU, its peak resident memory stays under `memory_limit`. Doubling from `start`, then
-    bisection down to 8 rows or `resolution` of the batch, whichever is coarser (each
-    trial compiles and runs a few steps at that batch: at thousands of rows on a CPU a
-    trial takes minutes; one timed step after the first call is enough, as the first
-    step sets the peak). Returns (largest fitting batch or None, {batch: peak bytes or None})."""
+    CPU, its peak resident memory stays under `memory_limit`. From `start` (the estimate's
+    largest batch, with `growth` 1.125; else the grid's, doubling), growing or shrinking by
+    `growth` until one fits and the next does not, then bisection down to 8 rows or
+    `resolution` of the batch, whichever is coarser (each trial compiles and runs a few steps
+    at that batch: at thousands of rows on a CPU a trial takes minutes; one timed step after
+    the first call is enough, as the first step sets the peak). Returns (largest fitting
+    batch or None, {batch: peak bytes or None})."""
     tried = {}
 
     def fits(batch):
-        settings = [
-            ("precision.policy", precision),
-            ("runtime.jit_compile", jit),
-            ("runtime.steps_per_execution", spe),
-            ("train.batch_size", batch),
-        ]
-        spec = {
-            "kind": "combination",
-            "config": config_path,
-            "overrides": [*overrides, *settings],
-            "steps": steps,
-            "repeats": 1,
-            "data": "synthetic",
-        }
-        try:
-            peak = run_worker(spec)["peak_memory_bytes"]
-            why = ""
-        except RuntimeError as error:  # out of memory on a device, or killed
-            peak, why = None, " (" + str(error).strip().splitlines()[-1][:200] + ")"
-        tried[batch] = peak
-        ok = peak is not None and (memory_limit is None or peak <= memory_limit)
-        progress(
-            f"  {precision}: batch {batch} "
-            + (f"peak {peak / 2**20:,.0f} MiB" if peak else "failed" + why)
-            + (" fits" if ok else " does not fit")
-        )
-        return ok
+        return _trial(config_path, overrides, precision, jit, spe, batch, steps, memory_limit, tried, progress)
+
+    def scaled(batch, factor):
+        return max(8, int(batch * factor) // 8 * 8)
 
     low, high = None, max(8, start - start % 8)
-    while fits(high):
-        low, high = high, high * 2
-        if high > 2**16:
-            return low, tried
-    if low is None:
-        return None, tried
+    if fits(high):
+        low, high = high, max(scaled(high, growth), high + 8)
+        while fits(high):
+            low, high = high, max(scaled(high, growth), high + 8)
+            if high > 2**16:
+                return low, tried
+    else:
+        while low is None and high > 8:
+            candidate = min(scaled(high, 1 / growth), high - 8)
+            if fits(candidate):
+                low = candidate
+            else:
+                high = candidate
+        if low is None:
+            return None, tried
     while high - low > max(8, low * resolution):
         middle = (low + high) // 2 // 8 * 8
         if fits(middle):

@@ -3,6 +3,7 @@
     python -m amptrain.bench.worker '{"kind": "combination", "config": "...", ...}'
     python -m amptrain.bench.worker '{"kind": "peak", "dtype": "float32"}'
     python -m amptrain.bench.worker '{"kind": "devices"}'
+    python -m amptrain.bench.worker '{"kind": "estimate", "config": "...", "overrides": [], "precision": "float32"}'
 
 Prints one JSON line (the last line of its output) with the measurements. The runner
 (`bench/runner.py`) starts one of these per combination, forked after its import where it
@@ -27,37 +28,7 @@ import time
 import numpy as np
 
 from amptrain import config as config_lib
-
-
-def build_trainer(config, strategy=None, task=None, fuse_step=True):
-    """(task, model, trainer, policy) for `config`, built the way `amptrain fit` builds
-    them: the task's training data (or `task`, prepared already) and model, and the
-    training parts from `engine.build.build_training`. The benchmarks share this, so they
-    time what the engine runs. `fuse_step=False` keeps the optimizer update out of XLA even
-    on one device (the engine's path under several replicas, for comparison)."""
-    from amptrain import distribute
-    from amptrain.engine.build import build_training, seed
-    from amptrain.tasks import prepared_in_scratch
-
-    distribute.configure_devices(config.runtime)  # runtime.cpu_replicas, before TensorFlow starts
-    task = task or prepared_in_scratch(config)
-    seed(config.runtime)
-    strategy = strategy or distribute.select_strategy(config.runtime).strategy
-    distribute.check_split(config, strategy)
-    distribute.check_split(config, strategy, task)
-    model, policy, _ = task.create_model(strategy)
-    # A schedule long enough that the timed steps are all at the peak learning rate's scale.
-    parts = build_training(
-        model,
-        task.loss,
-        config,
-        strategy,
-        policy,
-        total_steps=10**6,
-        fuse_step=fuse_step,
-        learning_rates=task.learning_rate_scales,
-    )
-    return task, model, parts.trainer, policy
+from amptrain.bench.building import build_trainer
 
 
 def measure_combination(spec):
@@ -203,6 +174,13 @@ def measure_peak(spec):
     return {"dtype": spec["dtype"], "size": size, "flops": measure_matmul_peak(spec["dtype"], size)}
 
 
+def estimate_memory(spec):
+    """The memory estimate of a config at a precision (`bench/memory_plan.py`), before a run."""
+    from amptrain.bench import memory_plan
+
+    return memory_plan.plan_config(spec["config"], spec["overrides"], [spec["precision"]], spec.get("budget"))[0]
+
+
 def list_devices(spec):
     """The accelerators, for a bench whose own process must not list them (it forks workers)."""
     from amptrain.precision.policy import describe_devices
@@ -218,7 +196,8 @@ def main(argv=None):
     tf_logs.quiet()  # its stderr is shown when it fails: the failure, not TensorFlow's start-up lines
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     spec = json.loads((argv or sys.argv[1:])[0])
-    measure = {"peak": measure_peak, "devices": list_devices}.get(spec["kind"], measure_combination)
+    kinds = {"peak": measure_peak, "devices": list_devices, "estimate": estimate_memory}
+    measure = kinds.get(spec["kind"], measure_combination)
     result = measure(spec)
     print(json.dumps({key: _plain(value) for key, value in result.items()}))
     sys.stdout.flush()

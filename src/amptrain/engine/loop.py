@@ -23,6 +23,7 @@ from amptrain import distribute
 from amptrain.engine.build import build_training
 from amptrain.engine.checkpoints import Checkpoints
 from amptrain.engine.histograms import Histograms
+from amptrain.engine.memory import run_estimate
 from amptrain.engine.numerics import NumericsWatch
 from amptrain.engine.optimizer import current_learning_rate
 from amptrain.engine.profiling import StepProfiler
@@ -77,6 +78,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
     record["input_share"] = job.input_share(cluster)
+    record["memory"] = run_estimate(job.model, parts.optimizer, parts.weight_average)
     log.write({**record, **(choice.run_fields() if choice is not None else {"precision_choice": None})})
     if not start_step:
         scalars.hyperparameters(config, policy)

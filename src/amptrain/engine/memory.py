@@ -187,8 +187,9 @@ def fixed_specs(signature, batch_size, length):
 def estimate_step(trainer, model, signature, length, policy, optimizer, extra_state=(), batches=(8, 16)):
     """The `Estimate` of `trainer`'s training step (an `engine.step_runner.StepRunner`): its
     forward and backward pass (`forward_backward`) traced at two batch sizes of `length`
-    positions; `signature` the task's (features, targets, token counts); `extra_state`: more
-    variables the step keeps (a weight average's)."""
+    positions (at one, the batch-independent part is counted in its rows); `signature` the
+    task's (features, targets, token counts); `extra_state`: more variables the step keeps
+    (a weight average's)."""
     import tensorflow as tf
 
     counted = []
@@ -200,6 +201,9 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, extra_st
         traced = step.get_concrete_function(features, targets, tf.TensorSpec((), tf.float32))
         loss_sum = traced.structured_outputs[0]
         counted.append(graph_memory(traced.graph, loss_sum, traced.outputs))
+    if len(counted) == 1:  # one batch size: its batch-independent part is counted in its rows
+        counted.insert(0, (0, {}))
+        batches = (0, *batches)
     (small_peak, small_kept), (large_peak, large_kept) = counted
     rows = batches[1] - batches[0]
     per_row = max(large_peak - small_peak, 0) / rows
@@ -220,3 +224,19 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, extra_st
         trainable_parameters=sum(elements(v) for v in trainable),
         kept={f"{kind} {dtype}": round(size) for (kind, dtype), size in kept.items() if size > 0},
     )
+
+
+def run_estimate(model, optimizer, weight_average=None):
+    """A run record's `memory`: the parameters, and the bytes of the weights, the gradients
+    (float32, a trainable variable each) and the optimizer's slots (and a weight average's
+    copies). A row's activations are `amptrain doctor --memory`'s to estimate: tracing the
+    step here would cost every run seconds before its first step."""
+    trainable = model.trainable_variables
+    extra = list(weight_average.sums) if weight_average is not None else []
+    return {
+        "parameters": sum(elements(v) for v in model.weights),
+        "trainable_parameters": sum(elements(v) for v in trainable),
+        "weights_bytes": variable_bytes(model.variables),
+        "gradients_bytes": sum(elements(v) * 4 for v in trainable),
+        "optimizer_slots_bytes": variable_bytes(optimizer.variables) + variable_bytes(extra),
+    }

@@ -1,0 +1,150 @@
+"""What a config's training needs in memory, per precision, before it trains: `amptrain doctor
+--memory CONFIG` prints it, `amptrain bench --max-batch` starts its search from it, and a run's
+record carries its own (`engine/memory.py` counts).
+
+    plans = plan_config("configs/classify-spam.toml", ["model.remat=blocks"], budget=4 * 2**30)
+    print(format_plans(plans))
+
+Each precision's model and training parts are built as `amptrain fit` builds them
+(`bench.building.build_trainer`) and the step traced, never run: a few seconds a precision.
+"""
+
+import json
+
+from amptrain import config as config_lib
+from amptrain.engine import memory
+from amptrain.errors import UserError
+
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def parse_memory(text):
+    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if cleaned and cleaned[-1] in units:
+            return int(float(cleaned[:-1]) * units[cleaned[-1]])
+        return int(float(cleaned))
+    except ValueError:
+        raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
+
+
+def rows_and_length(config):
+    """(rows a batch, positions a row) of `config`'s training batches: `data.tokens_per_batch`
+    over `data.max_length` rows when it batches by tokens."""
+    d = config.data
+    rows = d.tokens_per_batch // d.max_length if d.tokens_per_batch else config.train.batch_size
+    return rows, d.max_length
+
+
+def with_precision(config, policy):
+    """`config` under `policy` with XLA off: the estimate counts what the graph shows (XLA plans
+    its own buffers, usually fewer)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        config,
+        precision=dataclasses.replace(config.precision, policy=policy),
+        runtime=dataclasses.replace(config.runtime, jit_compile=False),
+    )
+
+
+def estimate(config, make_task=None, fixed=None):
+    """The `memory.Estimate` of `config`'s training step; `make_task(config)` builds the task
+    (a `Trainer`'s), else the config's own. `fixed`: the runtime's bytes measured already."""
+    import keras
+
+    from amptrain.bench.building import build_trainer
+
+    keras.backend.clear_session()
+    task = make_task(config) if make_task is not None else None
+    if task is not None:
+        task.prepare(("train",))
+    task, model, trainer, policy = build_trainer(config, task=task)
+    average = trainer.weight_average
+    extra = list(average.sums) if average is not None else []
+    found = memory.estimate_step(
+        trainer, model, task.signature(), config.data.max_length, policy, trainer.optimizer, extra
+    )
+    if fixed is not None:
+        found.fixed = fixed
+    return found
+
+
+def plan(config, precisions=PRECISIONS, budget=None, make_task=None):
+    """[record] a precision: the estimate's parts, its total at the config's batch, and the
+    largest batch under `budget` (bytes) when given."""
+    rows, length = rows_and_length(config)
+    plans, fixed = [], None
+    for policy in precisions:
+        found = estimate(with_precision(config, policy), make_task, fixed)
+        fixed = found.fixed  # the runtime once: a later build leaves the earlier's garbage behind
+        plans.append({**found.as_record(rows, budget), "positions_per_row": length, "remat": config.model.remat})
+    return plans
+
+
+def plan_config(path, overrides=(), precisions=PRECISIONS, budget=None):
+    """`plan` of the config at `path` with `overrides`."""
+    from amptrain import distribute
+
+    config = config_lib.load_config(path, overrides)
+    distribute.configure_devices(config.runtime)
+    return plan(config, precisions, budget)
+
+
+def plan_yours(config, built, precisions, memory_limit, make_task):
+    """`Trainer.memory`: `plan` of a user's model (`make_task(config, run_dir)`, a `Trainer`'s
+    task); `built`: a built model, which has one precision, its own."""
+    import tempfile
+
+    named = config.precision.policy != "auto"
+    if precisions is None:
+        precisions = (config.precision.policy,) if named else PRECISIONS
+    if built and set(precisions) != {config.precision.policy}:
+        raise UserError("memory: a built model has one precision, its own; pass a builder to compare")
+    budget = parse_memory(memory_limit) if isinstance(memory_limit, str) else memory_limit
+    scratch = tempfile.mkdtemp(prefix="amptrain-memory-")
+    return plan(config, tuple(precisions), budget, make_task=lambda c: make_task(c, scratch))
+
+
+def doctor_memory(path, overrides, memory_limit, as_json):
+    """`amptrain doctor --memory PATH`: prints each precision's estimate (a table, or JSON)."""
+    budget = parse_memory(memory_limit) if memory_limit else None
+    plans = plan_config(path, overrides, budget=budget)
+    print(json.dumps(plans, indent=2) if as_json else format_plans(plans))
+    return 0
+
+
+def _mib(value):
+    return f"{value / 2**20:,.0f}"
+
+
+def format_plans(plans):
+    """The terminal table of `plan_config`'s records."""
+    first = plans[0]
+    budget = first.get("memory_limit_bytes")
+    lines = [
+        f"memory a training step needs, estimated from the model (model.remat = {first['remat']!r}, "
+        f"{first['positions_per_row']} positions a row; MiB)",
+        "precision        params  weights  gradients  slots  runtime  a row (kept)   "
+        + f"batch {first['batch_size']}"
+        + ("  largest batch" if budget else ""),
+    ]
+    for p in plans:
+        row = (
+            f"{p['policy']:<15} {p['parameters'] / 1e6:6.1f}M {_mib(p['weights_bytes']):>8} "
+            f"{_mib(p['gradients_bytes']):>10} {_mib(p['optimizer_slots_bytes']):>6} {_mib(p['runtime_bytes']):>8} "
+            f"{p['activations_bytes_per_row'] / 2**20:6.2f} ({p['kept_for_backward_bytes_per_row'] / 2**20:.2f}) "
+            f"{_mib(p['total_bytes']):>10}"
+        )
+        lines.append(row + (f"  {p['largest_batch']:>13,}" if budget else ""))
+    lines.append(
+        "a row: the step's peak of tensors alive a row of the batch, (kept) of which the forward pass "
+        "keeps for the backward; runtime: TensorFlow's own, measured in this process"
+    )
+    if budget:
+        lines.append(f"largest batch: a multiple of 8 under --memory-limit {budget / 2**30:.2f} GiB")
+    if first["remat"] == "none":
+        lines.append("less a row: --set model.remat=blocks recomputes each block in the backward pass")
+    return "\n".join(lines)

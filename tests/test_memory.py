@@ -1,0 +1,61 @@
+"""The memory estimate before training: `amptrain doctor --memory` for a config and
+`Trainer.memory()` for a user's model, counted from the variables and the traced step."""
+
+import json
+
+import pytest
+from test_trainer_api import make
+
+from amptrain import cli
+from amptrain.engine.memory import Estimate
+
+
+def test_the_parts_add_up_and_the_largest_batch_fits_the_budget():
+    estimate = Estimate("float32", 400, 400, 800, 100, 1000.0, 600.0, 2**20, 100, 100)
+    assert estimate.total(0) == 2**20 + 1700
+    assert estimate.total(10) == 2**20 + 1700 + 10_000
+    budget = 2**20 + 1700 + 20_500  # room for 20.5 rows: 16, the multiple of 8 below
+    assert estimate.largest_batch(budget) == 16
+    assert estimate.largest_batch(budget, multiple=1) == 20
+    assert estimate.largest_batch(2**20) == 0
+
+
+def test_trainer_memory_counts_your_variables_by_hand(tmp_path):
+    # Embedding 30 x 16 and Dense 16 -> 2: 480 + 34 = 514 float32 parameters.
+    (record,) = make(tmp_path).memory(memory_limit="64GiB")
+    assert record["policy"] == "float32"
+    assert record["parameters"] == record["trainable_parameters"] == 514
+    assert record["weights_bytes"] == record["gradients_bytes"] == 514 * 4
+    # AdamW: two slots a variable, and its step counter and learning rate.
+    assert 2 * 514 * 4 <= record["optimizer_slots_bytes"] <= 2 * 514 * 4 + 64
+    assert 0 < record["kept_for_backward_bytes_per_row"] <= record["activations_bytes_per_row"]
+    assert record["batch_size"] == 16 and record["largest_batch"] % 8 == 0 and record["largest_batch"] > 16
+    # the runtime is this process's resident memory less the weights and slots counted apart
+    assert 0 < record["runtime_bytes"] < record["total_bytes"] <= record["memory_limit_bytes"]
+
+
+def test_a_built_model_is_estimated_in_its_own_precision_only(tmp_path):
+    from test_trainer_api import build
+
+    from amptrain.errors import UserError
+
+    trainer = make(tmp_path, model=build("float32"))
+    assert [r["policy"] for r in trainer.memory()] == ["float32"]
+    with pytest.raises(UserError, match="a built model has one precision"):
+        trainer.memory(precisions=("float32", "mixed_bfloat16"))
+
+
+@pytest.mark.slow
+def test_doctor_memory_estimates_each_precision_of_a_config(tiny, capsys):
+    config = str(tiny / "tiny.toml")
+    assert cli.main(["doctor", "--memory", config, "--memory-limit", "2GiB", "--json"]) == 0
+    plans = {p["policy"]: p for p in json.loads(capsys.readouterr().out)}
+    assert sorted(plans) == ["float32", "mixed_bfloat16", "mixed_float16"]
+    float32, bfloat16 = plans["float32"], plans["mixed_bfloat16"]
+    assert float32["weights_bytes"] == bfloat16["weights_bytes"]  # float32 variables either way
+    assert bfloat16["activations_bytes_per_row"] < 0.75 * float32["activations_bytes_per_row"]
+    assert bfloat16["largest_batch"] > float32["largest_batch"]
+    assert float32["positions_per_row"] == 32 and float32["batch_size"] == 8 and float32["remat"] == "none"
+    assert cli.main(["doctor", "--memory", config, "--set", "model.remat=blocks"]) == 0
+    text = capsys.readouterr().out
+    assert "model.remat = 'blocks'" in text and "mixed_bfloat16" in text
