@@ -59,3 +59,35 @@ def test_doctor_memory_estimates_each_precision_of_a_config(tiny, capsys):
     assert cli.main(["doctor", "--memory", config, "--set", "model.remat=blocks"]) == 0
     text = capsys.readouterr().out
     assert "model.remat = 'blocks'" in text and "mixed_bfloat16" in text
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_15_percent_of_a_measured_peak(tiny):
+    # The tiny classifier widened so its rows weigh against the runtime: each number from a
+    # process of its own, as `bench --max-batch` takes them.
+    from amptrain.bench.runner import run_worker
+
+    config = str(tiny / "tiny.toml")
+    overrides = [
+        "model.num_layers=3",
+        "model.hidden_dim=128",
+        "model.intermediate_dim=512",
+        "data.max_length=128",
+        "train.batch_size=96",
+        "runtime.jit_compile=false",
+    ]
+    for precision in ("float32", "mixed_bfloat16"):
+        settings = [*overrides, f"precision.policy={precision}"]
+        estimate = run_worker({"kind": "estimate", "config": config, "overrides": settings, "precision": precision})
+        measured = run_worker(
+            {
+                "kind": "combination",
+                "config": config,
+                "overrides": settings,
+                "steps": 1,
+                "repeats": 1,
+                "data": "synthetic",
+            }
+        )
+        assert estimate["batch_size"] == 96 and measured["examples"] == 96  # one step of 96 rows
+        assert abs(estimate["total_bytes"] / measured["peak_memory_bytes"] - 1) < 0.15, (estimate, measured)

@@ -187,7 +187,7 @@ def write_memory_plot(max_batch, out_dir, rows=(), name="memory.png"):
     for index, (precision, found) in enumerate(max_batch.items()):
         color = f"C{index}"
         estimate = found.get("estimate") or {}
-        label = precision + (f", remat {estimate['remat']}" if estimate.get("remat", "none") != "none" else "")
+        label = precision.strip() + (f", remat {estimate['remat']}" if estimate.get("remat", "none") != "none" else "")
         measured = [(int(b), peak / 2**20) for b, peak in found["tried"].items() if peak]
         measured += [
             (r["batch_size"], r["peak_memory_bytes"] / 2**20)
