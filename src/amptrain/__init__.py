@@ -15,6 +15,10 @@ def __getattr__(name):
         from amptrain import trainer
 
         return getattr(trainer, name)
+    if name == "remat":  # a layer of yours recomputed in the backward pass (models/remat.py)
+        from amptrain.models.remat import remat
+
+        return remat
     raise AttributeError(f"module 'amptrain' has no attribute {name!r}")
 
 

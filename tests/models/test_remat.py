@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import amptrain
 from amptrain import config as config_lib
 from amptrain.bench.building import build_trainer
 from amptrain.engine import memory
@@ -90,6 +91,51 @@ def test_recomputed_blocks_keep_a_fraction_of_a_rows_activations(tiny):
     # Three blocks keep their inputs, and one block's recomputation is alive at a time.
     assert kept["blocks"].kept_per_row < kept["none"].kept_per_row / 4
     assert kept["blocks"].per_row < kept["none"].per_row * 0.6
+
+
+class Block(keras.layers.Layer):
+    """A user's residual block with Keras's own dropout."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(16, activation="gelu")
+        self.outer = keras.layers.Dense(8)
+        self.drop = keras.layers.Dropout(0.3, seed=3)
+
+    def call(self, x, scale=1.0, training=False):
+        return x + scale * self.outer(self.drop(self.inner(x), training=training))
+
+
+def users_model(recompute):
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((5, 8))
+    x = inputs
+    for i in range(3):
+        block = Block(name=f"block_{i}")
+        x = (amptrain.remat(block) if recompute else block)(x, scale=0.5)
+    return keras.Model(inputs, keras.layers.Dense(1)(x))
+
+
+def test_a_users_layer_recomputed_by_amptrain_remat_gives_the_same_gradients():
+    plain, recomputed = users_model(False), users_model(True)
+    recomputed.set_weights(plain.get_weights())
+    x = tf.constant(np.random.default_rng(0).normal(size=(4, 5, 8)), tf.float32)
+    results = []
+    for model in (plain, recomputed):
+
+        @tf.function(autograph=False)
+        def run(x, model=model):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(x, training=True) ** 2)
+            return loss, tape.gradient(loss, model.trainable_variables)
+
+        loss, gradients = run(x)
+        results.append((float(loss), [g.numpy() for g in gradients]))
+    seeds = [[np.asarray(v) for v in m.non_trainable_variables] for m in (plain, recomputed)]
+    assert seeds[0], "Keras's dropout keeps its seed state as a variable"
+    assert_same(results, seeds)
+    with pytest.raises(ValueError, match="takes no `training` argument"):
+        amptrain.remat(keras.layers.Flatten())
 
 
 TWO_REPLICAS = """

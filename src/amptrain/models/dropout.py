@@ -64,15 +64,9 @@ class Dropout(keras.layers.Dropout):
         return scaled * tf.cast(keep, inputs.dtype)
 
     def _seed(self):
-        """This call's seed, from the layer's generator; under recomputation (`models/remat.py`)
-        the forward pass's seeds are recorded and the backward pass's replay of it reads them
-        back in order, so both draw the same masks."""
-        replay = getattr(self, "_seeds", None)
-        if replay is not None and replay.replaying:
-            return replay.next()
+        """This call's seed, from the layer's generator (which a recomputed block replays:
+        `remat.py`)."""
         seed = self.seed_generator.next()
         if seed.dtype != tf.int32:  # as Keras's TensorFlow backend: its seed variable is int64
             seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-        if replay is not None:
-            replay.record(seed)
         return seed

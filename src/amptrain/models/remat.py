@@ -7,52 +7,88 @@ block but the one being differentiated (`model.remat = "blocks"`).
 `tf.recompute_grad` around a closure that takes the block's floating-point inputs
 positionally: both it in graph mode and Keras's `RematScope` fail on keyword arguments
 (keras-team/keras#21207, tensorflow/tensorflow#56692), and a mask or a flag is captured by
-the closure instead. Dropout draws the same masks twice: the forward pass's seeds are recorded
-by each `models.dropout.Dropout` inside the block and replayed, in order, by the backward
-pass's recomputation, so the step's loss and gradients equal those without recomputation
-(tests/test_remat.py), and the seed generators advance once a step, as without it.
+the closure instead. Dropout draws the same masks twice: the seeds each Keras seed generator
+inside the block gives in the forward pass are recorded and replayed, in order, by the
+backward pass's recomputation, so the step's loss and gradients equal those without it
+(tests/models/test_remat.py), and the generators advance once a step, as without it.
+`remat(layer)` does the same for a layer of a user's model (`amptrain.remat`).
 """
 
 import tensorflow as tf
-
-from amptrain.models.dropout import Dropout
 
 MODES = ("none", "blocks")
 
 
 class _Seeds:
-    """The seeds one dropout layer drew in a block's forward pass, replayed by its recomputation."""
+    """The seeds one Keras seed generator gave in a block's forward pass, replayed in order by
+    the backward pass's recomputation (`next` patched on the generator while the block runs)."""
 
-    def __init__(self):
+    def __init__(self, generator):
+        self.generator, self.original = generator, generator.next
         self.seeds, self.replaying, self.position = [], False, 0
 
-    def record(self, seed):
+    def next(self, ordered=True):
+        if self.replaying:
+            seed = self.seeds[self.position]
+            self.position += 1
+            return seed
+        seed = self.original(ordered)
         self.seeds.append(seed)
-
-    def next(self):
-        seed = self.seeds[self.position]
-        self.position += 1
         return seed
+
+
+def _generators(layer):
+    return [g for sub in layer._flatten_layers(include_self=True) for g in getattr(sub, "_seed_generators", [])]
 
 
 def recomputed(layer, forward, *tensors):
     """`forward(*tensors)`, with only `tensors` kept for the backward pass, which runs
-    `forward` again; `layer`'s dropout layers draw the same masks both times."""
-    dropouts = [d for d in layer._flatten_layers(include_self=False) if isinstance(d, Dropout)]
-    states = [_Seeds() for _ in dropouts]
+    `forward` again; every seed generator of `layer` and its sublayers (dropout's) gives the
+    same seeds both times, and advances once."""
+    states = [_Seeds(generator) for generator in _generators(layer)]
     runs = []
 
     def run(*inputs):
-        for dropout, state in zip(dropouts, states):
-            dropout._seeds, state.replaying, state.position = state, bool(runs), 0
+        for state in states:
+            state.replaying, state.position = bool(runs), 0
+            state.generator.next = state.next
         runs.append(True)
         try:
             return forward(*inputs)
         finally:
-            for dropout in dropouts:
-                dropout._seeds = None
+            for state in states:
+                del state.generator.next  # the class's own again
 
     return tf.recompute_grad(run)(*tensors)
+
+
+def remat(layer):
+    """`layer` (a Keras layer of yours whose `call` takes `training`, a Transformer block say)
+    recomputed in the backward pass when training: it keeps only its floating-point positional
+    inputs; other arguments (masks, flags) are held by a closure. Returns the layer.
+
+        block = amptrain.remat(MyBlock(...))"""
+    import inspect
+
+    if "training" not in inspect.signature(layer.call).parameters:
+        raise ValueError(f"remat: {layer.name}.call takes no `training` argument, so a forward pass is not told apart")
+    call = layer.call
+
+    def recomputing_call(*args, **kwargs):
+        floating = [i for i, a in enumerate(args) if tf.is_tensor(a) and a.dtype.is_floating]
+        if not kwargs.get("training") or not floating:
+            return call(*args, **kwargs)
+
+        def forward(*tensors):
+            given = list(args)
+            for index, tensor in zip(floating, tensors):
+                given[index] = tensor
+            return call(*given, **kwargs)
+
+        return recomputed(layer, forward, *(args[i] for i in floating))
+
+    layer.call = recomputing_call
+    return layer
 
 
 def check_mode(value, where="model.remat"):
