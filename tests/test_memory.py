@@ -48,7 +48,8 @@ def test_a_built_model_is_estimated_in_its_own_precision_only(tmp_path):
 @pytest.mark.slow
 def test_doctor_memory_estimates_each_precision_of_a_config(tiny, capsys):
     config = str(tiny / "tiny.toml")
-    assert cli.main(["doctor", "--memory", config, "--memory-limit", "2GiB", "--json"]) == 0
+    # 64 GiB: the runtime is this process's resident memory, a test runner's here
+    assert cli.main(["doctor", "--memory", config, "--memory-limit", "64GiB", "--json"]) == 0
     plans = {p["policy"]: p for p in json.loads(capsys.readouterr().out)}
     assert sorted(plans) == ["float32", "mixed_bfloat16", "mixed_float16"]
     float32, bfloat16 = plans["float32"], plans["mixed_bfloat16"]

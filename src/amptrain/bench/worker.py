@@ -164,6 +164,14 @@ def one_batch_repeated(dataset, look_at=32):
 def _peak_memory(tf):
     if tf.config.list_physical_devices("GPU"):
         return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    from amptrain.engine.utilisation import resident_memory
+
+    # The address space's own high-water mark (VmHWM): `ru_maxrss` also keeps the parent's
+    # resident size at the fork before this process's exec, so a worker started from a large
+    # process (a test runner's, say) reported that process's memory as its own peak.
+    peak = resident_memory()[1]
+    if peak:
+        return peak
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 

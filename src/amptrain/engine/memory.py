@@ -153,14 +153,9 @@ def _simulate(ops, readers, owner):
 
 def resident_bytes():
     """This process's resident memory now (Linux), or 0."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    from amptrain.engine.utilisation import resident_memory
+
+    return resident_memory()[0] or 0
 
 
 def elements(variable):

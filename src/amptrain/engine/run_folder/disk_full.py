@@ -35,13 +35,16 @@ def remove_temporaries(directory):
 
 def explain(error, run_dir):
     """A UserError for `error` if it is a full disk (else None), naming the last intact
-    checkpoint of `run_dir`; removes the `_temp` folders a cut-short save left."""
+    checkpoint of `run_dir`; removes the `_temp` folders a cut-short save left (of the
+    checkpoints, and of the projector's embeddings)."""
     if not is_disk_full(error):
         return None
     from amptrain.engine.run_folder.checkpoint_files import newest_intact
 
     checkpoints = os.path.join(run_dir, "checkpoints")
-    for directory in (checkpoints, os.path.join(checkpoints, "best")):
+    # The projector's embeddings are a checkpoint too, saved beside TensorBoard's events.
+    projector = os.path.join(run_dir, "tensorboard", "train")
+    for directory in (checkpoints, os.path.join(checkpoints, "best"), projector):
         if os.path.isdir(directory):
             remove_temporaries(directory)
     try:
