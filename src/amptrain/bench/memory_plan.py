@@ -1,6 +1,6 @@
 """What a config's training needs in memory, per precision, before it trains: `amptrain doctor
---memory CONFIG` prints it, `amptrain bench --max-batch` starts its search from it, and a run's
-record carries its own (`engine/memory.py` counts).
+--memory CONFIG` and `Trainer.memory` print it, and `amptrain bench --max-batch` starts its
+search from it (`engine/memory.py` counts).
 
     plans = plan_config("configs/classify-spam.toml", ["model.remat=blocks"], budget=4 * 2**30)
     print(format_plans(plans))

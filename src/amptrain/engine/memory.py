@@ -1,6 +1,6 @@
 """What a training step needs in memory, counted from the model before anything trains.
 
-    estimate = estimate_step(model, loss_fn, signature, optimizer, max_length=128)
+    estimate = estimate_step(trainer, model, task.signature(), 128, "mixed_bfloat16", optimizer)
     estimate.total(batch_size)          # bytes: fixed + weights + gradients + slots + batch x row
     estimate.largest_batch(4 * 2**30)   # the largest multiple of 8 under a budget
     estimate.kept_by_kind()             # what the backward pass keeps a row, by op and dtype
@@ -33,7 +33,7 @@ _FREE = {"ReadVariableOp", "VarHandleOp", "Const", "Placeholder", "NoOp", "Assig
 @dataclasses.dataclass
 class Estimate:
     """Bytes of one training step at any batch size: `fixed + weights + gradients + slots +
-    static + rows x per_row`. `kept`: {(op type, dtype): bytes a row} the backward pass keeps."""
+    static + rows x per_row`. `kept`: {"op-type dtype": bytes a row} the backward pass keeps."""
 
     policy: str
     weights: int
@@ -103,7 +103,7 @@ def graph_memory(graph, loss, outputs):
     live = _ancestors([t.op for t in outputs])
     ops = [op for op in graph.get_operations() if op.name in live]
     kept = collections.Counter()
-    readers, owner = collections.defaultdict(int), {}
+    readers = collections.defaultdict(int)
     for op in ops:
         for tensor in op.inputs:
             readers[tensor.name] += 1
@@ -112,10 +112,10 @@ def graph_memory(graph, loss, outputs):
     kinds = collections.Counter()
     for kind, dtype, size in kept.values():
         kinds[(kind, dtype)] += size
-    return _simulate(ops, readers, owner), dict(kinds)
+    return _simulate(ops, readers), dict(kinds)
 
 
-def _simulate(ops, readers, owner):
+def _simulate(ops, readers):
     """The peak bytes alive when `ops` run in ready-queue order (first ready, first run)."""
     waiting = {op.name: len({t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}) for op in ops}
     after = collections.defaultdict(set)
@@ -123,7 +123,7 @@ def _simulate(ops, readers, owner):
         for name in {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}:
             after[name].add(op)
     ready = collections.deque(op for op in ops if waiting[op.name] == 0)
-    buffers, uses, alive, peak = {}, collections.Counter(), 0, 0
+    buffers, owner, uses, alive, peak = {}, {}, collections.Counter(), 0, 0
     while ready:
         op = ready.popleft()
         for tensor in op.outputs:

@@ -2,7 +2,7 @@
 forward pass again there, trading about one more forward pass for the activations of every
 block but the one being differentiated (`model.remat = "blocks"`).
 
-    x = recomputed(block, lambda x: block.body(x, mask, training=True), x)
+    x = recomputed(block, lambda x: block._body(x, mask, True), x)   # a block's call when training
 
 `tf.recompute_grad` around a closure that takes the block's floating-point inputs
 positionally: both it in graph mode and Keras's `RematScope` fail on keyword arguments
@@ -16,7 +16,7 @@ backward pass's recomputation, so the step's loss and gradients equal those with
 
 import tensorflow as tf
 
-MODES = ("none", "blocks")
+from amptrain.errors import UserError
 
 
 class _Seeds:
@@ -71,7 +71,7 @@ def remat(layer):
     import inspect
 
     if "training" not in inspect.signature(layer.call).parameters:
-        raise ValueError(f"remat: {layer.name}.call takes no `training` argument, so a forward pass is not told apart")
+        raise UserError(f"remat: {layer.name}.call takes no `training` argument, so a forward pass is not told apart")
     call = layer.call
 
     def recomputing_call(*args, **kwargs):
@@ -89,8 +89,3 @@ def remat(layer):
 
     layer.call = recomputing_call
     return layer
-
-
-def check_mode(value, where="model.remat"):
-    if value not in MODES:
-        raise ValueError(f"{where}: expected one of {', '.join(MODES)}, received {value!r}")
