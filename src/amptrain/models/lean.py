@@ -15,7 +15,7 @@ and under a mixed policy they keep it in float32, so half precision did not halv
   the compute dtype they are cast to anyway (bfloat16 holds probabilities to 3 significant
   digits, as the product with the values already uses them). Under float32 it is Keras's.
 
-Each gradient equals autodiff's to rounding (tests/test_lean.py): the GELU's in its input's
+Each gradient equals autodiff's to rounding (tests/models/test_lean.py): the GELU's in its input's
 dtype, as autodiff's; the norm's and the softmax's in float32.
 """
 
