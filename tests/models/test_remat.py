@@ -62,11 +62,12 @@ def assert_same(results, seeds, rtol=1e-6):
     assert all(np.array_equal(a, b) for a, b in zip(*seeds)), "the seed generators moved differently"
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["graph", "xla"])
 def test_a_recomputed_classifier_gives_the_same_loss_and_gradients(tiny, jit):
     assert_same(*same_step(str(tiny / "tiny.toml"), jit=jit))
 
 
+@pytest.mark.slow
 def test_recomputation_under_bfloat16_gives_the_same_step(tiny):
     assert_same(*same_step(str(tiny / "tiny.toml"), policy="mixed_bfloat16"), rtol=1e-2)
 
