@@ -190,6 +190,20 @@ class Attention(keras.layers.Layer):
         }
 
 
+def block_arguments(model_config):
+    """The keyword arguments every block here takes from a config's `model` section (or a
+    namespace of its fields): its sizes, dropout, and whether it is recomputed in the backward
+    pass (`model.remat = "blocks"`; a section written before the key says "none")."""
+    c = model_config
+    return {
+        "hidden_dim": c.hidden_dim,
+        "num_heads": c.num_heads,
+        "intermediate_dim": c.intermediate_dim,
+        "dropout": c.dropout,
+        "remat": getattr(c, "remat", "none") == "blocks",
+    }
+
+
 @keras.saving.register_keras_serializable(package="amptrain")
 class EncoderBlock(keras.layers.Layer):
     """Pre-norm Transformer encoder block: x + attention(norm(x)), then x + ffn(norm(x)).

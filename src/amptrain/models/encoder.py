@@ -2,7 +2,7 @@
 
 import keras
 
-from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding
+from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.lean import LayerNormalization
 
@@ -25,9 +25,6 @@ def encode(
         x = x + extra
     x = Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
     for i in range(c.num_layers):
-        remat = getattr(c, "remat", "none") == "blocks"
-        block = EncoderBlock(
-            c.hidden_dim, c.num_heads, c.intermediate_dim, c.dropout, remat=remat, dtype=dtype, name=f"block_{i}"
-        )
+        block = EncoderBlock(**block_arguments(c), dtype=dtype, name=f"block_{i}")
         x = block(x, padding_mask=padding_mask)
     return LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")(x)

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import keras
 from keras import ops
 
-from amptrain.models.blocks import Attention
+from amptrain.models.blocks import Attention, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.islands import float32_island
 from amptrain.models.lean import LayerNormalization, gelu
@@ -150,16 +150,7 @@ class LanguageModel(keras.Model):
         self.embedding_dropout = Dropout(c.dropout, dtype=dtype)
         # One attribute a block: TensorFlow checkpoints follow attributes, not a list of layers.
         for i in range(c.num_layers):
-            block = CausalBlock(
-                c.hidden_dim,
-                c.num_heads,
-                c.intermediate_dim,
-                c.dropout,
-                remat=self.remat == "blocks",
-                dtype=dtype,
-                name=f"block_{i}",
-            )
-            setattr(self, f"block_{i}", block)
+            setattr(self, f"block_{i}", CausalBlock(**block_arguments(c), dtype=dtype, name=f"block_{i}"))
         self.final_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")
         logits = TiedLogits(self.token_embedding, dtype="float32", name="logits")
         self.logits = float32_island(logits, "the logits feed a softmax over the vocabulary and the loss")

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 import keras
 from keras import ops
 
-from amptrain.models.blocks import DecoderBlock, EncoderBlock
+from amptrain.models.blocks import DecoderBlock, EncoderBlock, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.lean import LayerNormalization
 
@@ -146,34 +146,10 @@ class Translator(keras.Model):
         self.num_decoder_layers = c.num_decoder_layers or c.num_layers
         self.remat = getattr(c, "remat", "none")  # "blocks": each block recomputed in the backward pass
         for i in range(self.num_encoder_layers):
-            setattr(
-                self,
-                f"encoder_{i}",
-                EncoderBlock(
-                    c.hidden_dim,
-                    c.num_heads,
-                    c.intermediate_dim,
-                    c.dropout,
-                    remat=self.remat == "blocks",
-                    dtype=dtype,
-                    name=f"encoder_{i}",
-                ),
-            )
+            setattr(self, f"encoder_{i}", EncoderBlock(**block_arguments(c), dtype=dtype, name=f"encoder_{i}"))
         self.encoder_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="encoder_norm")
         for i in range(self.num_decoder_layers):
-            setattr(
-                self,
-                f"decoder_{i}",
-                DecoderBlock(
-                    c.hidden_dim,
-                    c.num_heads,
-                    c.intermediate_dim,
-                    c.dropout,
-                    remat=self.remat == "blocks",
-                    dtype=dtype,
-                    name=f"decoder_{i}",
-                ),
-            )
+            setattr(self, f"decoder_{i}", DecoderBlock(**block_arguments(c), dtype=dtype, name=f"decoder_{i}"))
 
     def get_config(self):
         """Plain values only: `Translator.from_config` (and a `.keras` file) rebuilds the
