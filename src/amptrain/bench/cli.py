@@ -87,6 +87,7 @@ def bench(args):
 def _max_batch(args, grid, precision, memory_limit, rows):
     """The largest batch of `precision` that fits: estimated from the model first
     (`bench/memory_plan.py`, in a worker), then found by measured steps from there."""
+    from amptrain.bench.memory_plan import total_at
     from amptrain.bench.runner import find_max_batch, run_worker
 
     spec = {"kind": "estimate", "config": args.config, "overrides": list(args.overrides), "precision": precision}
@@ -112,13 +113,8 @@ def _max_batch(args, grid, precision, memory_limit, rows):
         "tried": tried,
         "memory_limit_bytes": memory_limit,
         "estimate": estimate,
-        "estimated_bytes": {batch: _total(estimate, batch) for batch in tried},
+        "estimated_bytes": {batch: total_at(estimate, batch) for batch in tried},
     }
-
-
-def _total(estimate, batch):
-    fixed = estimate["total_bytes"] - estimate["batch_size"] * estimate["activations_bytes_per_row"]
-    return round(fixed + batch * estimate["activations_bytes_per_row"])
 
 
 def _plots(out_dir):

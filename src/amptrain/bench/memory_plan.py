@@ -62,10 +62,8 @@ def estimate(config, make_task=None, fixed=None):
     if task is not None:
         task.prepare(("train",))
     task, model, trainer, policy = build_trainer(config, task=task)
-    average = trainer.weight_average
-    extra = list(average.sums) if average is not None else []
     found = memory.estimate_step(
-        trainer, model, task.signature(), config.data.max_length, policy, trainer.optimizer, extra
+        trainer, model, task.signature(), config.data.max_length, policy, trainer.optimizer, trainer.weight_average
     )
     if fixed is not None:
         found.fixed = fixed
@@ -91,6 +89,12 @@ def plan_config(path, overrides=(), precisions=PRECISIONS, budget=None):
     config = config_lib.load_config(path, overrides)
     distribute.configure_devices(config.runtime)
     return plan(config, precisions, budget)
+
+
+def total_at(record, batch_size):
+    """The total bytes a record of `plan` estimates at `batch_size` rows."""
+    fixed = record["total_bytes"] - record["batch_size"] * record["activations_bytes_per_row"]
+    return round(fixed + batch_size * record["activations_bytes_per_row"])
 
 
 def plan_yours(config, built, precisions, memory_limit, make_task):

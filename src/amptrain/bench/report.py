@@ -182,6 +182,8 @@ def write_memory_plot(max_batch, out_dir, rows=(), name="memory.png"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from amptrain.bench.memory_plan import total_at
+
     figure, axes = plt.subplots(figsize=(8, 5))
     budget = None
     for index, (precision, found) in enumerate(max_batch.items()):
@@ -199,8 +201,7 @@ def write_memory_plot(max_batch, out_dir, rows=(), name="memory.png"):
             axes.plot(*zip(*measured), "o", color=color, label=f"{label}: measured peak")
         if estimate:
             top = max([int(b) for b in found["tried"]] + [found.get("largest") or 0, 8]) * 1.1
-            fixed = estimate["total_bytes"] - estimate["batch_size"] * estimate["activations_bytes_per_row"]
-            line = [(b, (fixed + b * estimate["activations_bytes_per_row"]) / 2**20) for b in (0, top)]
+            line = [(b, total_at(estimate, b) / 2**20) for b in (0, top)]
             axes.plot(*zip(*line), "--", color=color, label=f"{label}: estimate")
         if found.get("largest"):
             axes.axvline(found["largest"], color=color, linewidth=0.8, alpha=0.5)

@@ -28,6 +28,14 @@ import math
 _ALIASES = {"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Snapshot"}
 # Ops whose output is not the step's to allocate (variables, their reads, constants, inputs).
 _FREE = {"ReadVariableOp", "VarHandleOp", "Const", "Placeholder", "NoOp", "AssignVariableOp"}
+# The `Estimate` fields counted from the variables, and their names in a record.
+VARIABLE_RECORD = {
+    "parameters": "parameters",
+    "trainable_parameters": "trainable_parameters",
+    "weights": "weights_bytes",
+    "gradients": "gradients_bytes",
+    "slots": "optimizer_slots_bytes",
+}
 
 
 @dataclasses.dataclass
@@ -62,11 +70,7 @@ class Estimate:
     def as_record(self, batch_size=None, budget=None):
         record = {
             "policy": self.policy,
-            "parameters": self.parameters,
-            "trainable_parameters": self.trainable_parameters,
-            "weights_bytes": self.weights,
-            "gradients_bytes": self.gradients,
-            "optimizer_slots_bytes": self.slots,
+            **{name: getattr(self, field) for field, name in VARIABLE_RECORD.items()},
             "step_static_bytes": self.static,
             "activations_bytes_per_row": round(self.per_row),
             "kept_for_backward_bytes_per_row": round(self.kept_per_row),
@@ -102,7 +106,7 @@ def graph_memory(graph, loss, outputs):
     forward = _ancestors([loss.op])
     live = _ancestors([t.op for t in outputs])
     ops = [op for op in graph.get_operations() if op.name in live]
-    kept = collections.Counter()
+    kept = {}  # tensor name -> (op type, dtype, bytes)
     readers = collections.defaultdict(int)
     for op in ops:
         for tensor in op.inputs:
@@ -117,13 +121,20 @@ def graph_memory(graph, loss, outputs):
 
 def _simulate(ops, readers):
     """The peak bytes alive when `ops` run in ready-queue order (first ready, first run)."""
-    waiting = {op.name: len({t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}) for op in ops}
+    producers = {op.name: {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs} for op in ops}
+    waiting = {name: len(names) for name, names in producers.items()}
     after = collections.defaultdict(set)
     for op in ops:
-        for name in {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}:
+        for name in producers[op.name]:
             after[name].add(op)
     ready = collections.deque(op for op in ops if waiting[op.name] == 0)
     buffers, owner, uses, alive, peak = {}, {}, collections.Counter(), 0, 0
+
+    def free_if_unread(buffer):
+        nonlocal alive
+        if uses[buffer] == 0 and buffer in buffers:
+            alive -= buffers.pop(buffer)
+
     while ready:
         op = ready.popleft()
         for tensor in op.outputs:
@@ -138,12 +149,9 @@ def _simulate(ops, readers):
         for tensor in op.inputs:
             buffer = owner.get(tensor.name, tensor.name)
             uses[buffer] -= 1
-            if uses[buffer] == 0 and buffer in buffers:
-                alive -= buffers.pop(buffer)
-        for name in [t.name for t in op.outputs]:  # read by nothing: freed at once
-            buffer = owner[name]
-            if uses[buffer] == 0 and buffer in buffers:
-                alive -= buffers.pop(buffer)
+            free_if_unread(buffer)
+        for tensor in op.outputs:  # read by nothing: freed at once
+            free_if_unread(owner[tensor.name])
         for successor in after[op.name]:
             waiting[successor.name] -= 1
             if waiting[successor.name] == 0:
@@ -179,12 +187,26 @@ def fixed_specs(signature, batch_size, length):
     return tf.nest.map_structure(fix, signature)
 
 
-def estimate_step(trainer, model, signature, length, policy, optimizer, extra_state=(), batches=(8, 16)):
+def variable_parts(model, optimizer, weight_average=None):
+    """The `Estimate` fields the variables give: the parameters, and the bytes of the weights, the
+    gradients (float32, a trainable variable each) and the optimizer's slots with a weight
+    average's copies (`engine.averaging.WeightAverage`, or None)."""
+    trainable = model.trainable_variables
+    extra = list(weight_average.sums) if weight_average is not None else []
+    return {
+        "parameters": sum(elements(v) for v in model.weights),
+        "trainable_parameters": sum(elements(v) for v in trainable),
+        "weights": variable_bytes(model.variables),
+        "gradients": sum(elements(v) * 4 for v in trainable),
+        "slots": variable_bytes(optimizer.variables) + variable_bytes(extra),
+    }
+
+
+def estimate_step(trainer, model, signature, length, policy, optimizer, weight_average=None, batches=(8, 16)):
     """The `Estimate` of `trainer`'s training step (an `engine.step_runner.StepRunner`): its
     forward and backward pass (`forward_backward`) traced at two batch sizes of `length`
     positions (at one, the batch-independent part is counted in its rows); `signature` the
-    task's (features, targets, token counts); `extra_state`: more variables the step keeps
-    (a weight average's)."""
+    task's (features, targets, token counts); `weight_average`: its copies are kept too."""
     import tensorflow as tf
 
     counted = []
@@ -203,35 +225,21 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, extra_st
     rows = batches[1] - batches[0]
     per_row = max(large_peak - small_peak, 0) / rows
     kept = {key: max(size - small_kept.get(key, 0), 0) / rows for key, size in large_kept.items()}
-    trainable = model.trainable_variables
-    weights = variable_bytes(model.variables)
-    slots = variable_bytes(optimizer.variables) + variable_bytes(extra_state)
+    parts = variable_parts(model, optimizer, weight_average)
     return Estimate(
         policy=policy,
-        weights=weights,
-        gradients=sum(elements(v) * 4 for v in trainable),
-        slots=slots,
+        **parts,
         static=int(max(small_peak - batches[0] * per_row, 0)),
         per_row=per_row,
         kept_per_row=sum(kept.values()),
-        fixed=max(resident_bytes() - weights - slots, 0),
-        parameters=sum(elements(v) for v in model.weights),
-        trainable_parameters=sum(elements(v) for v in trainable),
+        fixed=max(resident_bytes() - parts["weights"] - parts["slots"], 0),
         kept={f"{kind} {dtype}": round(size) for (kind, dtype), size in kept.items() if size > 0},
     )
 
 
 def run_estimate(model, optimizer, weight_average=None):
-    """A run record's `memory`: the parameters, and the bytes of the weights, the gradients
-    (float32, a trainable variable each) and the optimizer's slots (and a weight average's
-    copies). A row's activations are `amptrain doctor --memory`'s to estimate: tracing the
-    step here would cost every run seconds before its first step."""
-    trainable = model.trainable_variables
-    extra = list(weight_average.sums) if weight_average is not None else []
-    return {
-        "parameters": sum(elements(v) for v in model.weights),
-        "trainable_parameters": sum(elements(v) for v in trainable),
-        "weights_bytes": variable_bytes(model.variables),
-        "gradients_bytes": sum(elements(v) * 4 for v in trainable),
-        "optimizer_slots_bytes": variable_bytes(optimizer.variables) + variable_bytes(extra),
-    }
+    """A run record's `memory`: `variable_parts` under the record's names. A row's activations
+    are `amptrain doctor --memory`'s to estimate: tracing the step here would cost every run
+    seconds before its first step."""
+    parts = variable_parts(model, optimizer, weight_average)
+    return {name: parts[field] for field, name in VARIABLE_RECORD.items()}
