@@ -120,15 +120,21 @@ def spam_rows():
         return list(csv.reader(f))[1:]
 
 
+def write_tiny(folder, spam_rows):
+    """Writes 96 train and 32 dev rows of real spam data and `tiny.toml` (TINY_CONFIG) reading
+    them into `folder`; returns it."""
+    write_rows(folder / "train.csv", spam_rows[:96])
+    write_rows(folder / "dev.csv", spam_rows[96:128])
+    (folder / "tiny.toml").write_text(
+        TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
+    )
+    return folder
+
+
 @pytest.fixture
 def tiny(tmp_path, spam_rows):
     """A folder with 96 train and 32 dev rows of real spam data and `tiny.toml`."""
-    write_rows(tmp_path / "train.csv", spam_rows[:96])
-    write_rows(tmp_path / "dev.csv", spam_rows[96:128])
-    (tmp_path / "tiny.toml").write_text(
-        TINY_CONFIG.replace('"train.csv"', f'"{tmp_path}/train.csv"').replace('"dev.csv"', f'"{tmp_path}/dev.csv"')
-    )
-    return tmp_path
+    return write_tiny(tmp_path, spam_rows)
 
 
 # The tiny spam config's model and training, on WNUT-17 sentences.

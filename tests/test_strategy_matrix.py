@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY_CONFIG, write_rows
+from conftest import write_tiny
 from engine.test_distribution import amptrain_cli
 from tasks.test_language_model import write_tiny_corpus
 
@@ -116,13 +116,8 @@ def differences(a, b):
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory, spam_rows, tiny_ner, tiny_translation):
     """The tiny config of each task."""
-    folder = tmp_path_factory.mktemp("classification")
-    write_rows(folder / "train.csv", spam_rows[:96])
-    write_rows(folder / "dev.csv", spam_rows[96:128])
-    config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
-    (folder / "tiny.toml").write_text(config)
     return {
-        "classification": folder / "tiny.toml",
+        "classification": write_tiny(tmp_path_factory.mktemp("classification"), spam_rows) / "tiny.toml",
         "ner": tiny_ner / "tiny.toml",
         "translation": tiny_translation / "tiny.toml",
         "language_model": write_tiny_corpus(tmp_path_factory.mktemp("language_model")) / "tiny.toml",

@@ -8,7 +8,7 @@ import socket
 
 import forked_cli
 import pytest
-from conftest import TINY_CONFIG, write_rows
+from conftest import write_tiny
 
 from amptrain.engine.run_log import read_metrics
 
@@ -20,12 +20,7 @@ SETS += ["train.eval_every=2", "train.checkpoint_every=2", "runtime.steps_per_ex
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, spam_rows):
-    folder = tmp_path_factory.mktemp("clusters")
-    write_rows(folder / "train.csv", spam_rows[:96])
-    write_rows(folder / "dev.csv", spam_rows[96:128])
-    config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
-    (folder / "tiny.toml").write_text(config)
-    return folder
+    return write_tiny(tmp_path_factory.mktemp("clusters"), spam_rows)
 
 
 def two_free_ports_in_a_row():

@@ -87,15 +87,10 @@ def assert_close(a, b, policy):
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory, spam_rows):
     """The tiny spam run on one device, per policy (made on first use)."""
-    from conftest import TINY_CONFIG, write_rows
+    from conftest import write_tiny
 
-    folder = tmp_path_factory.mktemp("dist")
-    write_rows(folder / "train.csv", spam_rows[:96])
-    write_rows(folder / "dev.csv", spam_rows[96:128])
+    folder = write_tiny(tmp_path_factory.mktemp("dist"), spam_rows)
     config = folder / "tiny.toml"
-    config.write_text(
-        TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
-    )
     runs = {}
 
     def run(policy):

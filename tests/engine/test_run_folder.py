@@ -11,7 +11,7 @@ import shutil
 import threading
 
 import pytest
-from conftest import TINY_CONFIG, write_rows
+from conftest import write_tiny
 
 import amptrain
 from amptrain.cli import main
@@ -30,11 +30,7 @@ def in_process(capsys, *args):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, spam_rows):
     """(folder with the tiny config and data, its finished run folder)."""
-    folder = tmp_path_factory.mktemp("robust")
-    write_rows(folder / "train.csv", spam_rows[:96])
-    write_rows(folder / "dev.csv", spam_rows[96:128])
-    config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
-    (folder / "tiny.toml").write_text(config)
+    folder = write_tiny(tmp_path_factory.mktemp("robust"), spam_rows)
     amptrain.fit(str(folder / "tiny.toml"), ["precision.policy=float32"], run_dir=str(folder / "run"))
     return folder, folder / "run"
 

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import TINY_CONFIG, shared_run, write_rows
+from conftest import shared_run, write_tiny
 
 import amptrain
 from amptrain.errors import UserError
@@ -46,11 +46,7 @@ def serve_in_fresh_process(version_dir, texts):
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory, spam_rows):
-    folder = tmp_path_factory.mktemp("classify")
-    write_rows(folder / "train.csv", spam_rows[:96])
-    write_rows(folder / "dev.csv", spam_rows[96:128])
-    config = TINY_CONFIG.replace('"train.csv"', f'"{folder}/train.csv"').replace('"dev.csv"', f'"{folder}/dev.csv"')
-    (folder / "tiny.toml").write_text(config)
+    folder = write_tiny(tmp_path_factory.mktemp("classify"), spam_rows)
     run = shared_run(
         "export-classifier", folder / "run", lambda to: amptrain.fit(str(folder / "tiny.toml"), FLOAT32, run_dir=to)
     )
