@@ -322,21 +322,18 @@ def find_max_batch(
         return max(8, int(batch * factor) // 8 * 8)
 
     low, high = None, max(8, start - start % 8)
-    if fits(high):
+    while fits(high):  # up while it fits
         low, high = high, max(scaled(high, growth), high + 8)
-        while fits(high):
-            low, high = high, max(scaled(high, growth), high + 8)
-            if high > 2**16:
-                return low, tried
-    else:
-        while low is None and high > 8:
-            candidate = min(scaled(high, 1 / growth), high - 8)
-            if fits(candidate):
-                low = candidate
-            else:
-                high = candidate
-        if low is None:
-            return None, tried
+        if high > 2**16:
+            return low, tried
+    while low is None and high > 8:  # down until one fits (when `start` did not)
+        candidate = min(scaled(high, 1 / growth), high - 8)
+        if fits(candidate):
+            low = candidate
+        else:
+            high = candidate
+    if low is None:
+        return None, tried
     while high - low > max(8, low * resolution):
         middle = (low + high) // 2 // 8 * 8
         if fits(middle):
