@@ -159,13 +159,6 @@ def _simulate(ops, readers):
     return peak
 
 
-def resident_bytes():
-    """This process's resident memory now (Linux), or 0."""
-    from amptrain.engine.utilisation import resident_memory
-
-    return resident_memory()[0] or 0
-
-
 def elements(variable):
     return math.prod(int(d) for d in variable.shape)
 
@@ -209,6 +202,8 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, weight_a
     task's (features, targets, token counts); `weight_average`: its copies are kept too."""
     import tensorflow as tf
 
+    from amptrain.engine.utilisation import resident_memory
+
     counted = []
     # A function of its own: the runner's relaxes its shapes (`reduce_retracing`), and this
     # counts at known ones.
@@ -232,7 +227,7 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, weight_a
         static=int(max(small_peak - batches[0] * per_row, 0)),
         per_row=per_row,
         kept_per_row=sum(kept.values()),
-        fixed=max(resident_bytes() - parts["weights"] - parts["slots"], 0),
+        fixed=max((resident_memory()[0] or 0) - parts["weights"] - parts["slots"], 0),  # this process's RSS
         kept={f"{kind} {dtype}": round(size) for (kind, dtype), size in kept.items() if size > 0},
     )
 
