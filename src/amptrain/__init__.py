@@ -35,12 +35,13 @@ def evaluate(run_dir, split="test", data=None, trust_run_code=False):
     return api.evaluate(run_dir, split=split, data=data, trust_run_code=trust_run_code)
 
 
-def predict(run_dir, texts, overrides=(), trust_run_code=False):
+def predict(run_dir, texts, overrides=(), trust_run_code=False, precision=None):
     """One record a text (`amptrain.api.predict`); `overrides`: how to continue or decode,
-    e.g. ["generate.temperature=0.8", "generate.seed=1"]."""
+    e.g. ["generate.temperature=0.8", "generate.seed=1"]. `run_dir` may be a pretrained
+    language model's folder, run under `precision` (float32 unless named)."""
     from amptrain import api
 
-    return api.predict(run_dir, texts, trust_run_code=trust_run_code, overrides=overrides)
+    return api.predict(run_dir, texts, trust_run_code=trust_run_code, overrides=overrides, precision=precision)
 
 
 def audit(config_or_model, overrides=(), policy=None, loss_scale="auto", inputs=None):

@@ -257,7 +257,7 @@ def _never_trained(run_dir):
     return not any(r.get("kind") in ("train", "eval") for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")))
 
 
-def load_run(run_dir, split_names, trust_run_code=False, overrides=()):
+def load_run(run_dir, split_names, trust_run_code=False, overrides=(), precision=None):
     """A trained run's task, its model with the best weights, a predict function over that
     model, and the checkpoint's path. `trust_run_code`: import the user task module the
     run's config names even if this user never ran `fit` with it (`registry.task_class`).
@@ -267,9 +267,14 @@ def load_run(run_dir, split_names, trust_run_code=False, overrides=()):
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.step_runner import StepRunner
     from amptrain.exports.loading import load_config
+    from amptrain.exports.pretrained_folder import is_pretrained_folder, load_pretrained
     from amptrain.precision import probe
     from amptrain.tasks import create_task
 
+    if is_pretrained_folder(run_dir):
+        return load_pretrained(run_dir, overrides, precision)
+    if precision is not None:
+        raise UserError(f"{run_dir}: --precision is for a pretrained folder; a run predicts in its own")
     config = load_config(run_dir, overrides, splits=split_names, trust=trust_run_code)  # data files: those read
     config = probe.resolved_for(config, run_dir)
     task = create_task(config, run_dir)
@@ -302,20 +307,22 @@ def evaluate(run_dir, split="test", data=None, trust_run_code=False):
     return {"split": split, "checkpoint": os.path.basename(checkpoint), **metrics}
 
 
-def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=()):
+def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=(), precision=None):
     """One record a text with the run's best checkpoint: the label and class probabilities
     (classification), the tags and entities (ner), the translation (translation).
     `skip_blank` (lines of a file): blank texts are left out, except by translation,
     which translates a blank line to a blank line. `run_dir` may be an export folder
     (`export`): its SavedModel then answers, and no model is built. `trust_run_code`: as
     `load_run`'s; `overrides`: how to continue or decode (`generate.temperature=0.8`), a run's
-    own settings else."""
+    own settings else. `run_dir` may also be a pretrained language model's folder (GPT-2,
+    Llama 3, Qwen2, Gemma: `exports.pretrained_folder`), continuing the texts before any
+    fine-tuning, under `precision` (float32, bfloat16, float16; float32 unless named)."""
     from amptrain.serving.served import find_export, predict_export
 
     exported = find_export(run_dir)
     if exported is not None:
         return predict_export(exported, texts, skip_blank, trust_run_code)
-    task, model, predict_fn, _ = load_run(run_dir, (), trust_run_code, overrides)
+    task, model, predict_fn, _ = load_run(run_dir, (), trust_run_code, overrides, precision)
     texts = list(texts)
     if skip_blank and not task.keeps_blank_lines:
         texts = [t for t in texts if t.strip()]

@@ -13,6 +13,7 @@ amptrain --verbose COMMAND ...   # TensorFlow's own logs too (or AMPTRAIN_TF_LOG
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -121,7 +122,7 @@ def _add_predict(commands):
         help="label, tag or translate texts with a run's best checkpoint (JSON lines out; "
         "translation: one translated line a line)",
     )
-    predict.add_argument("run_dir", help="a run folder, or an export folder (`amptrain export`)")
+    predict.add_argument("run_dir", help="a run folder, an export folder, or a pretrained language model's")
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
@@ -138,6 +139,7 @@ def _add_predict(commands):
     generating.add_argument("--top-k", type=int, help="sample among the k most likely pieces (0: all)")
     generating.add_argument("--top-p", type=float, help="sample among the most likely pieces that sum to p")
     generating.add_argument("--seed", type=int, help="the sampling's seed: the same seed, the same text")
+    generating.add_argument("--precision", help="a pretrained folder's: float32 (default), bfloat16, float16")
     _add_trust_option(predict)
     predict.set_defaults(run=_predict)
 
@@ -309,11 +311,13 @@ def _predict(args):
         from amptrain.serving.streaming import predict_lines, read_text_lines
 
         lines = read_text_lines(args.input)
-        records = predict_lines(
-            args.run_dir, lines, api.load_run, trust=args.trust_run_code, overrides=_generating(args)
-        )
+        load = functools.partial(api.load_run, precision=args.precision)
+        records = predict_lines(args.run_dir, lines, load, trust=args.trust_run_code, overrides=_generating(args))
     else:
-        records = api.predict(args.run_dir, args.text, trust_run_code=args.trust_run_code, overrides=_generating(args))
+        records = api.predict(
+            args.run_dir, args.text, trust_run_code=args.trust_run_code, overrides=_generating(args),
+            precision=args.precision,
+        )  # fmt: skip
     for record in records:
         if "translation" in record and not args.json:
             print(record["translation"], flush=bool(args.input))  # line i out for line i in

@@ -134,7 +134,7 @@ def broken(tmp_path, family, config=None, remove=None):
 @pytest.mark.parametrize(
     "family, config, remove, message",
     [
-        ("roberta", {"model_type": "gpt2"}, None, "model_type 'gpt2' is not supported; supported: bert, roberta"),
+        ("roberta", {"model_type": "bart"}, None, "model_type 'bart' is not supported; supported: bert, roberta"),
         ("roberta", None, "merges.txt", "no merges.txt; expected the tokenizer of a roberta folder"),
         ("xlm-roberta", None, "sentencepiece.bpe.model", "no sentencepiece.bpe.model"),
         ("albert", None, "spiece.model", "no spiece.model"),

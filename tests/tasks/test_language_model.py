@@ -103,7 +103,7 @@ def tiny_model(seed=0):
 
 def features(ids, eod):
     ids = np.array([ids], np.int32)
-    segments, positions = segments_and_positions(ids, eod, np.ones_like(ids, bool))
+    segments, positions = segments_and_positions(ids == eod, np.ones_like(ids, bool))
     return {"token_ids": ids, "segment_ids": segments, "positions": positions}
 
 
@@ -125,7 +125,7 @@ def test_a_documents_losses_are_the_same_packed_or_alone():
 def test_segments_and_positions_restart_at_each_document():
     ids = np.array([[5, 6, 1, 7, 8, 1, 9, 0]])
     real = np.array([[True] * 7 + [False]])
-    segments, positions = segments_and_positions(ids, 1, real)
+    segments, positions = segments_and_positions(ids == 1, real)
     assert segments.tolist() == [[0, 0, 1, 1, 1, 2, 2, -1]] and positions.tolist() == [[0, 1, 0, 1, 2, 0, 1, 0]]
 
 

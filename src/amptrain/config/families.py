@@ -3,6 +3,11 @@ its config.json keys, its tokenizer files, its casing and the weights its config
 
     rules = FOLDER_RULES["distilbert"]
     rules.config_keys["hidden_dim"], rules.tokenizer_files   # "dim", ("vocab.txt",)
+    FOLDER_RULES["llama"].kind                               # "causal": a language model's
+
+Encoders (BERT, RoBERTa, XLM-R, DistilBERT, ALBERT) serve classification and NER; causal
+language models (GPT-2, Llama 3, Qwen2, Gemma), whose tokenizer is one `tokenizer.json`,
+the language-model task.
 
 The model side of each family (keras-hub backbone, tokenizer, layer walk, pooling,
 corrections) is its adapter in models/families/, one file a family; this table is the part
@@ -38,8 +43,9 @@ class FolderRules:
     tokenizer_files: tuple  # the first is `Checkpoint.vocabulary_path`
     lowercase: Callable  # (tokenizer_config.json's dict) -> whether the tokenizer lower-cases
     weight_shapes: Callable  # (config.json's dict) -> {weight name: shape} the weights must hold
-    activation_key: str = "hidden_act"
+    activation_key: str = "hidden_act"  # "": the family's activation is its own (keras-hub builds it)
     position_offset: int = 0  # position rows the family reserves (RoBERTa's padding_idx + 1)
+    kind: str = "encoder"  # "encoder" (classification, ner) or "causal" (language_model)
 
 
 def lower_cased(tokenizer_config):
@@ -92,6 +98,42 @@ def _count(config, key):
     return value if type(value) is int and 1 <= value <= 128 else 0  # a bad count: no weight matches
 
 
+GPT2_KEYS = {
+    "num_layers": "n_layer",
+    "hidden_dim": "n_embd",
+    "num_heads": "n_head",
+    "vocabulary_size": "vocab_size",
+    "max_positions": "n_positions",
+}  # the feed-forward is 4 x n_embd wide (keras-hub's GPT-2 builds it so; `n_inner` must agree)
+DECODER_KEYS = {**BERT_KEYS}  # Llama, Qwen2, Gemma name their sizes as BERT does
+
+
+def gpt2_weights(config):
+    """GPT-2's token table and each layer's fused query-key-value (Conv1D: in x out)."""
+    hidden = config["n_embd"]
+    shapes = {"wte.weight": (config["vocab_size"], hidden)}
+    for i in range(config["n_layer"]):
+        shapes[f"h.{i}.attn.c_attn.weight"] = (hidden, 3 * hidden)
+        shapes[f"h.{i}.mlp.c_proj.weight"] = (4 * hidden, hidden)
+    return shapes
+
+
+def decoder_weights(config):
+    """The token table and each layer's query and down projections (Llama's names, which
+    Qwen2 and Gemma share); a head is `head_dim` wide where the config says so."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    shapes = {"embed_tokens.weight": (config["vocab_size"], hidden)}
+    for i in range(config["num_hidden_layers"]):
+        shapes[f"layers.{i}.self_attn.q_proj.weight"] = (heads * head_dim, hidden)
+        shapes[f"layers.{i}.mlp.down_proj.weight"] = (hidden, config["intermediate_size"])
+    return shapes
+
+
+def causal(model_type, keys, weights):
+    return FolderRules(model_type, keys, ("tokenizer.json",), cased, weights, activation_key="", kind="causal")
+
+
 FOLDER_RULES = {
     rules.model_type: rules
     for rules in (
@@ -100,5 +142,9 @@ FOLDER_RULES = {
         FolderRules("xlm-roberta", BERT_KEYS, ("sentencepiece.bpe.model",), cased, roberta_weights, position_offset=2),
         FolderRules("distilbert", DISTILBERT_KEYS, ("vocab.txt",), lower_cased, distilbert_weights, "activation"),
         FolderRules("albert", BERT_KEYS, ("spiece.model",), lower_cased, albert_weights),
+        causal("gpt2", GPT2_KEYS, gpt2_weights),
+        causal("llama", DECODER_KEYS, decoder_weights),
+        causal("qwen2", DECODER_KEYS, decoder_weights),
+        causal("gemma", DECODER_KEYS, decoder_weights),
     )
 }

@@ -7,7 +7,8 @@
 Two layouts are read, both offline:
 - Hugging Face: `config.json` (its `model_type` names the family: models/families/),
   `model.safetensors`, the family's tokenizer files (BERT: `vocab.txt`; RoBERTa:
-  `vocab.json` + `merges.txt`; ...) and `tokenizer_config.json` for the casing.
+  `vocab.json` + `merges.txt`; a causal language model: `tokenizer.json`; ...) and
+  `tokenizer_config.json` for the casing.
 - keras-hub preset (BERT): `config.json` naming `keras_hub>BertBackbone`,
   `model.weights.h5`, `tokenizer.json` and `assets/tokenizer/vocabulary.txt`.
 
@@ -42,7 +43,7 @@ BOUNDS = {
     "num_heads": 256,
     "intermediate_dim": 65536,
     "vocabulary_size": 1_000_000,
-    "max_positions": 65536,
+    "max_positions": 1 << 20,
 }
 
 
@@ -68,6 +69,7 @@ class Checkpoint:
     # keras-hub's BertBackbone always builds the tanh form; BERT and MiniLM were trained
     # with the exact one (config.json `hidden_act` "gelu"), which differs by up to 1e-3.
     activation: str = "gelu_approximate"
+    kind: str = "encoder"  # "causal": a decoder-only language model (GPT-2, Llama, Qwen2, Gemma)
 
     def shape(self):
         return {key: getattr(self, key) for key in SHAPE_KEYS}
@@ -99,7 +101,9 @@ def read_checkpoint(path):
     if not os.path.isfile(checkpoint.vocabulary_path):
         raise ConfigError(f"{path}: no {os.path.relpath(checkpoint.vocabulary_path, path)}; expected its vocabulary")
     pieces = _count_pieces(checkpoint.vocabulary_path)
-    if pieces is not None and pieces != checkpoint.vocabulary_size:
+    # A language model's table may have spare rows (Qwen2's), an encoder's has one a piece.
+    spare = checkpoint.kind == "causal" and pieces is not None and pieces < checkpoint.vocabulary_size
+    if pieces is not None and pieces != checkpoint.vocabulary_size and not spare:
         raise ConfigError(
             f"{checkpoint.vocabulary_path}: {pieces} pieces, but the embedding table of {config_path} has "
             f"{checkpoint.vocabulary_size} rows; expected one piece a row"
@@ -126,7 +130,7 @@ def _huggingface_checkpoint(path, config_path, config):
     pooling = _read_json(pooling_path) if os.path.isfile(pooling_path) else {}
     weights_path = os.path.join(path, "model.safetensors")
     if os.path.isfile(weights_path):
-        shapes = family.weight_shapes({**config, **{family.config_keys[k]: v for k, v in sizes.items()}})
+        shapes = family.weight_shapes({**config, **{family.config_keys[k]: sizes[k] for k in family.config_keys}})
         check_weights(weights_path, shapes, sizes["num_layers"])
     return Checkpoint(
         path=path,
@@ -137,7 +141,8 @@ def _huggingface_checkpoint(path, config_path, config):
         vocabulary_path=os.path.join(path, family.tokenizer_files[0]),
         weights_path=weights_path,
         pooling="mean" if pooling.get("pooling_mode_mean_tokens") else "cls",
-        activation=_activation(config_path, config.get(family.activation_key, "gelu")),
+        activation=_activation(config_path, config.get(family.activation_key, "gelu")) if family.activation_key else "",
+        kind=family.kind,
     )
 
 
@@ -160,6 +165,12 @@ def _sizes(config_path, config, family):
             )
         sizes[key] = value
     sizes["max_positions"] -= family.position_offset
+    if "intermediate_dim" not in family.config_keys:  # GPT-2: 4 x n_embd, as keras-hub builds it
+        sizes["intermediate_dim"] = 4 * sizes["hidden_dim"]
+        inner = config.get("n_inner")
+        if inner is not None and inner != sizes["intermediate_dim"]:
+            expected = f"null or {sizes['intermediate_dim']} (4 x n_embd)"
+            raise ConfigError(f"{config_path}: n_inner: expected {expected}, received {inner!r:.60}")
     if sizes["hidden_dim"] % sizes["num_heads"]:
         raise ConfigError(
             f"{config_path}: {family.config_keys['hidden_dim']} {sizes['hidden_dim']} is not divisible by "
@@ -200,8 +211,17 @@ def _keras_hub_checkpoint(path, config_path, config):
 
 
 def _count_pieces(path):
-    """The pieces of a vocabulary file (vocab.txt: a line each; vocab.json: an entry each);
-    None for a SentencePiece model, counted when its tokenizer is built."""
+    """The pieces of a vocabulary file (vocab.txt: a line each; vocab.json: an entry each;
+    tokenizer.json: its model's pieces and the tokens added to them); None for a SentencePiece
+    model, counted when its tokenizer is built."""
+    if os.path.basename(path) == "tokenizer.json":
+        tokenizer = _read_json(path)
+        model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+        vocabulary = model.get("vocab") if isinstance(model, dict) else None
+        if not isinstance(vocabulary, dict):
+            raise ConfigError(f"{path}: no model.vocab; expected the tokenizer.json of a byte-pair tokenizer")
+        added = tokenizer.get("added_tokens") or []
+        return len(set(vocabulary.values()) | {t.get("id") for t in added if isinstance(t, dict)})
     if path.endswith(".json"):
         return len(_read_json(path))
     if not path.endswith(".txt"):

@@ -115,6 +115,12 @@ class TrainConfig:
     # each encoder layer's rate times this per layer below the top (1: the same everywhere)
     head_learning_rate: float = 0.0
     layer_decay: float = 1.0
+    # language_model with model.pretrained: > 0 freezes the pretrained weights and trains
+    # low-rank adapters of this rank on the projections named in lora_targets (models/lora.py),
+    # each scaled by lora_alpha / lora_rank (lora_alpha 0: 1); 0 trains every weight
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    lora_targets: str = "query,value"  # of query, key, value, output, gate, up, down
     decay: str = "cosine"  # cosine | linear | constant
     clip_norm: float = 1.0  # 0 turns clipping off
     outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)

@@ -148,6 +148,7 @@ def validate(config, task_class, check_files=True):
         t.head_learning_rate,
     )
     require(0 < t.layer_decay <= 1, "train.layer_decay", "a number in (0, 1] (1: no decay)", t.layer_decay)
+    _check_lora(t, m)
     if not m.pretrained:
         require(
             t.head_learning_rate == 0,
@@ -157,6 +158,36 @@ def validate(config, task_class, check_files=True):
         )
         require(t.layer_decay == 1, "train.layer_decay", "1 (layer-wise decay needs model.pretrained)", t.layer_decay)
     task_class.check_config(config)
+
+
+# The projections `train.lora_targets` may name (each family maps them: models/families/).
+LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "up", "down")
+
+
+def lora_targets(text, known=LORA_PROJECTIONS):
+    """The projection names of `train.lora_targets` ("query,value"), each one of `known`."""
+    names = [name.strip() for name in str(text).split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    require(
+        bool(names) and not unknown,
+        "train.lora_targets",
+        f"a comma-separated list of {', '.join(known)}",
+        text,
+    )
+    return names
+
+
+def _check_lora(t, m):
+    require(t.lora_rank >= 0, "train.lora_rank", "an integer >= 0 (0: every weight trained)", t.lora_rank)
+    require(0 <= t.lora_alpha < math.inf, "train.lora_alpha", "a finite number >= 0 (0: lora_rank)", t.lora_alpha)
+    lora_targets(t.lora_targets)
+    if t.lora_rank:
+        require(
+            bool(m.pretrained),
+            "train.lora_rank",
+            "0 (LoRA adapts model.pretrained, a language model's folder)",
+            t.lora_rank,
+        )
 
 
 def round_up8(value):

@@ -46,7 +46,7 @@ class Checkpoints:
         self.best_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_step")
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
         tracked = dict(
-            model=model,
+            model=checkpointed(model),
             # Keras's dropout seed states are model variables that tf.train.Checkpoint
             # does not reach through the model; without them a resumed run draws
             # different dropout masks than an uninterrupted one.
@@ -170,11 +170,18 @@ def restore_model(model, path, run_dir, learned=(), check_all=False):
     from amptrain.engine.run_folder.learned_files import explain_mismatch
 
     try:
-        status = tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        status = tf.train.Checkpoint(model=checkpointed(model)).restore(path).expect_partial()
         if check_all:
             status.assert_existing_objects_matched()
     except (ValueError, tf.errors.InvalidArgumentError) as error:
         raise explain_mismatch(error, path, run_dir, learned) from None
+
+
+def checkpointed(model):
+    """What a checkpoint holds of `model`: itself, or what it says (`checkpoint_view`: a
+    pretrained language model with adapters, its adapters alone)."""
+    view = getattr(model, "checkpoint_view", None)
+    return view() if callable(view) else model
 
 
 def _step_of(prefix):

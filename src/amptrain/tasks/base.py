@@ -64,7 +64,9 @@ class Task(abc.ABC):
     formats = ("auto",)  # the `data.format` values it reads ("auto": from the file's extension)
     config_sections = {}  # its own config sections: {name: frozen dataclass}, read as config.NAME
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
-    accepts_pretrained = False  # may `model.pretrained` name an encoder for it
+    # The kind of pretrained folder `model.pretrained` may name for it: "encoder" (BERT, ...),
+    # "causal" (GPT-2, Llama, ...), or None: none (config/families.py says which family is which).
+    pretrained_kind = None
     reads_files = True  # its data is data.train (and dev, test); a user's model's comes as datasets
     reads_corpora = False  # data.train (dev, test) may each be a file, a folder or a glob of files
     optimizer = None  # the user's optimizer (`amptrain.Trainer`), in place of the config's
@@ -103,11 +105,15 @@ class Task(abc.ABC):
             target = getattr(d, f"{split}_target")
             require(not target, f"data.{split}_target", f"nothing (task {name!r} reads no target files)", target)
         require(
-            not config.model.pretrained or cls.accepts_pretrained,
+            not config.model.pretrained or cls.pretrained_kind,
             "model.pretrained",
-            f"nothing for task {name!r} (it builds no pretrained encoder)",
+            f"nothing for task {name!r} (it builds no pretrained model)",
             config.model.pretrained,
         )
+        if config.model.pretrained:
+            check_pretrained_kind(config.model.pretrained, cls.pretrained_kind, name)
+        lora = config.train.lora_rank
+        require(not lora or cls.pretrained_kind == "causal", "train.lora_rank", f"0 for task {name!r}", lora)
 
     def __init__(self, config, run_dir):
         self.config = config
@@ -212,3 +218,48 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def predict_texts(self, texts, model, predict):
         """One JSON-ready record a raw text (`amptrain predict`)."""
+
+
+def check_pretrained_kind(path, kind, task_name):
+    """Refuses a folder of another kind than the task builds on (a GPT-2 for a classifier), in
+    one line naming the families it takes."""
+    from amptrain.config.families import FOLDER_RULES
+    from amptrain.config.pretrained import read_checkpoint
+    from amptrain.errors import ConfigError
+
+    checkpoint = read_checkpoint(path)
+    if checkpoint.kind != kind:
+        takes = ", ".join(t for t, rules in FOLDER_RULES.items() if rules.kind == kind)
+        raise ConfigError(
+            f"model.pretrained: {path} is a {checkpoint.model_type} ({checkpoint.kind}) folder; "
+            f"task {task_name!r} builds on a {kind} one: {takes}"
+        )
+
+
+PRETRAINED_FILE = "pretrained.json"  # the checkpoint's path and weights hash (model.pretrained)
+
+
+def record_pretrained(checkpoint, run_dir):
+    """Records the checkpoint's path and weights hash in the run folder; a run folder that
+    recorded other weights is refused (its checkpoints were trained from them). Returns the hash."""
+    import json
+    import os
+
+    from amptrain.config.pretrained import weights_hash
+    from amptrain.errors import ConfigError
+
+    record = {"path": checkpoint.path, "weights_sha256": weights_hash(checkpoint)}
+    path = os.path.join(run_dir, PRETRAINED_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        if saved["weights_sha256"] != record["weights_sha256"]:
+            raise ConfigError(
+                f"{checkpoint.weights_path}: other weights than the run was trained from "
+                f"({saved['path']}, sha256 {saved['weights_sha256'][:12]}…, recorded in {path}); "
+                "pass --overwrite or --run-dir to train from these"
+            )
+        return record["weights_sha256"]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    return record["weights_sha256"]

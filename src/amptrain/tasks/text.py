@@ -22,13 +22,12 @@ from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_
 from amptrain.data.vocabulary import WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
 from amptrain.errors import ConfigError
 from amptrain.models.families import family_of
-from amptrain.tasks.base import Task
+from amptrain.tasks.base import Task, record_pretrained
 
 logger = logging.getLogger("amptrain")
 
 VOCABULARY_FILE = "vocab.txt"
 LABELS_FILE = "labels.json"
-PRETRAINED_FILE = "pretrained.json"  # the checkpoint's path and weights hash (model.pretrained)
 
 
 class TextTask(Task):
@@ -54,24 +53,9 @@ class TextTask(Task):
         return pretrained.read_checkpoint(path) if path else None
 
     def _check_checkpoint(self):
-        """Records the checkpoint's path and weights hash in the run folder; a run folder
-        that recorded other weights is refused (its checkpoints were trained from them)."""
-        if self.checkpoint is None:
-            return
-        record = {"path": self.checkpoint.path, "weights_sha256": pretrained.weights_hash(self.checkpoint)}
-        path = os.path.join(self.run_dir, PRETRAINED_FILE)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-            if saved["weights_sha256"] != record["weights_sha256"]:
-                raise ConfigError(
-                    f"{self.checkpoint.weights_path}: other weights than the run was trained from "
-                    f"({saved['path']}, sha256 {saved['weights_sha256'][:12]}…, recorded in {path}); "
-                    "pass --overwrite or --run-dir to train from these"
-                )
-            return
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
+        """The checkpoint's weights recorded in the run folder, or refused (`tasks.base.record_pretrained`)."""
+        if self.checkpoint is not None:
+            record_pretrained(self.checkpoint, self.run_dir)
 
     def learning_rate_scales(self, model):
         """A pretrained encoder's layer-wise rates and its weight-decay rule

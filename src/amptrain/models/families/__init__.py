@@ -10,11 +10,23 @@ Adding a family is one file here, its line below and there, and its tests.
 | xlm-roberta   | XLMRobertaBackbone  | sentencepiece.bpe.model   |
 | distilbert    | DistilBertBackbone  | vocab.txt                 |
 | albert        | AlbertBackbone      | spiece.model              |
+
+Causal language models (the language-model task; `base.CausalFamily`, the tokenizer
+`causal_tokenizer.HubPieces` on the folder's tokenizer.json):
+
+| `model_type`  | keras-hub backbone  | converter        |
+|---------------|---------------------|------------------|
+| gpt2          | GPT2Backbone        | convert_gpt2     |
+| llama         | Llama3Backbone      | convert_llama3   |
+| qwen2         | QwenBackbone        | convert_qwen     |
+| gemma         | GemmaBackbone       | convert_gemma    |
 """
 
-from amptrain.models.families import albert, bert, distilbert, roberta, xlm_roberta
+from amptrain.models.families import albert, bert, distilbert, gemma, gpt2, llama3, qwen2, roberta, xlm_roberta
 
-FAMILIES = {m.FAMILY.model_type: m.FAMILY for m in (bert, roberta, xlm_roberta, distilbert, albert)}
+ENCODERS = (bert, roberta, xlm_roberta, distilbert, albert)
+CAUSAL = (gpt2, llama3, qwen2, gemma)
+FAMILIES = {m.FAMILY.model_type: m.FAMILY for m in ENCODERS + CAUSAL}
 
 
 def family_of(checkpoint):

@@ -15,13 +15,16 @@ import os
 
 
 def load_backbone(family, path, **kwargs):
+    """The family's keras-hub backbone built from the folder's config.json (with the family's
+    corrections: `CausalFamily.backbone_arguments`) and its weights converted into it."""
     import keras_hub
 
-    backbone = getattr(keras_hub.models, family.backbone)
-    encoder = backbone.from_preset(path, load_weights=False, **kwargs)
-    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{family.converter}")
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
+    corrections = family.backbone_arguments(config) if hasattr(family, "backbone_arguments") else {}
+    backbone = getattr(keras_hub.models, family.backbone)
+    encoder = backbone.from_preset(path, load_weights=False, **kwargs, **corrections)
+    converter = importlib.import_module(f"keras_hub.src.utils.transformers.{family.converter}")
     with _loader()(path) as loader:
         converter.convert_weights(encoder, loader, config)
     return encoder

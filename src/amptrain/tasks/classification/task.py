@@ -61,7 +61,7 @@ def cut(ids, max_length, ends_with_sep, keep_tail=0):
 class ClassificationTask(TextTask):
     primary_metric = "accuracy"
     formats = ("auto", "csv", "tsv", "jsonl")
-    accepts_pretrained = True
+    pretrained_kind = "encoder"
     serving_module = ClassifierModule
 
     @classmethod

@@ -3,13 +3,14 @@ that training reads a block at a time; nothing holds the whole corpus in memory.
 
     files = corpus_files("data/lm-kjv/train.txt")      # a file, a folder or a glob of files
     for text in documents(files): ...                  # a blank line or a file's end ends one
-    write_tokens(files, tokenizer, eod_id, "RUN/tokens-train.bin")
+    write_tokens(files, tokenizer, ([eod], [], [eod]), "RUN/tokens-train.bin")
     tokens = read_tokens("RUN/tokens-train.bin")         # a read-only memory map
 
-The token file is each document's pieces after one end-of-document piece, and a last one
-after the last document: `EOD d1 EOD d2 ... EOD`. The piece before a document is its start
-(what the model conditions its first piece on) and the piece after its last is predicted
-from the document alone: the end of a document is learned and scored.
+The token file is each document's pieces framed by the pieces before and after each, and
+after the last (the task's `framing`). amptrain's own model: `EOD d1 EOD d2 ... EOD`; the
+piece before a document is its start (what the model conditions its first piece on) and the
+piece after its last is predicted from the document alone: the end of a document is learned
+and scored. A pretrained one frames a document as its tokenizer frames a text, then its end piece.
 """
 
 import glob
@@ -62,9 +63,10 @@ def documents(files):
             yield "".join(lines).rstrip("\n")
 
 
-def write_tokens(files, tokenizer, eod_id, path):
+def write_tokens(files, tokenizer, framing, path):
     """Tokenizes `files` a chunk of documents at a time into `path` (uint16 when the
-    vocabulary fits, else uint32), written whole or not at all; returns the token count."""
+    vocabulary fits, else uint32), written whole or not at all; returns the token count.
+    `framing`: (the pieces before each document, after each, after the last)."""
     dtype = np.uint16 if tokenizer.size <= 1 << 16 else np.uint32
     partial = path + ".partial"
     count = 0
@@ -73,21 +75,22 @@ def write_tokens(files, tokenizer, eod_id, path):
         for text in documents(files):
             chunk.append(text)
             if len(chunk) == DOCUMENTS_A_CHUNK:
-                count += _write_chunk(out, tokenizer, chunk, eod_id, dtype)
+                count += _write_chunk(out, tokenizer, chunk, framing, dtype)
                 chunk = []
-        count += _write_chunk(out, tokenizer, chunk, eod_id, dtype)
-        out.write(np.array([eod_id], dtype).tobytes())
-        count += 1
+        count += _write_chunk(out, tokenizer, chunk, framing, dtype)
+        out.write(np.array(framing[2], dtype).tobytes())
+        count += len(framing[2])
     os.replace(partial, path)
     with open(path + ".dtype", "w", encoding="utf-8") as f:
         f.write(np.dtype(dtype).name)
     return count
 
 
-def _write_chunk(out, tokenizer, texts, eod_id, dtype):
+def _write_chunk(out, tokenizer, texts, framing, dtype):
+    before, after, _ = framing
     count = 0
     for ids in tokenizer.encode(texts) if texts else []:
-        piece = np.concatenate([[eod_id], ids]).astype(dtype)
+        piece = np.concatenate([before, ids, after]).astype(dtype)
         out.write(piece.tobytes())
         count += len(piece)
     return count

@@ -2,7 +2,7 @@
 position a step over cached keys and values, in one fixed-shape loop that XLA compiles once.
 
     settings = Settings(max_new_tokens=64, temperature=0.8, top_k=40, top_p=0.95, seed=1)
-    out = generate(model, prompt_ids, prompt_lengths, eod_id, settings)   # (batch, length) ids
+    out = generate(model, prompt_ids, prompt_lengths, eod_id, settings)   # (batch, length) ids, -1 after
     continuation(out[i], prompt_lengths[i], eod_id)                         # row i's new pieces
 
 Each prompt starts with the end-of-document piece (a document's start in training). Step t
@@ -10,6 +10,8 @@ feeds the piece at position t (the prompt's while t is inside it, else the one g
 and, from the prompt's last position on, picks the next: a row stops at the end-of-document
 piece or after `max_new_tokens`, and the loop when every row has, or at the model's length.
 The same seed gives the same text: sampling is `stateless_categorical` keyed by (seed, t).
+Positions past a row's prompt and continuation hold -1 (a pretrained model's id 0 is a
+piece like any other); the model is fed 0 there, and nothing it computes from it is kept.
 `greedy_by_recomputing` runs the whole prefix again each step, the slow reference the
 cached loop must equal.
 """
@@ -32,7 +34,7 @@ class Settings:
 
 
 def generate(model, prompt_ids, prompt_lengths, eod_id, settings):
-    """(batch, length) int32: each row its prompt, then its continuation, then padding (0).
+    """(batch, length) int32: each row its prompt, then its continuation, then -1.
     `prompt_ids` (batch, length of the longest prompt); the settings as tensors or numbers."""
     return _generate(
         model,
@@ -60,6 +62,7 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     batch = tf.shape(prompt_ids)[0]
     length = model.max_length
     out = tf.pad(prompt_ids, [[0, 0], [0, length - tf.shape(prompt_ids)[1]]])[:, :length]
+    out = tf.where(tf.range(length)[None] < prompt_lengths[:, None], out, -1)
     limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
     caches = model.empty_caches(batch, length)
 
@@ -67,13 +70,13 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
         return tf.logical_and(t < length - 1, tf.logical_not(tf.reduce_all(done)))
 
     def step(t, out, done, caches):
-        logits, caches = model.step(out[:, t], t, caches)
+        logits, caches = model.step(tf.maximum(out[:, t], 0), t, caches)
         chosen = pick(logits, temperature, top_k, top_p, tf.stack([seed, t]))
         writes = tf.logical_and(t + 1 >= prompt_lengths, tf.logical_not(done))  # past the prompt, still going
         writes = tf.logical_and(writes, t + 1 < limit)
         column = tf.cast(tf.range(length) == t + 1, tf.int32)[None]
-        new = tf.where(writes, chosen, 0)[:, None]
-        out = out * (1 - column * tf.cast(writes, tf.int32)[:, None]) + new * column
+        new = tf.where(writes, chosen, -1)[:, None]
+        out = tf.where(tf.logical_and(column > 0, writes[:, None]), new, out)
         done = tf.logical_or(done, tf.logical_and(writes, chosen == eod_id))
         done = tf.logical_or(done, t + 2 >= limit)
         return t + 1, out, done, caches
@@ -106,7 +109,7 @@ def pick(logits, temperature, top_k, top_p, seed):
 def continuation(row, prompt_length, eod_id):
     """The pieces `generate` wrote after a prompt of `prompt_length`, up to the end of document."""
     row = np.asarray(row)[prompt_length:]
-    ends = np.flatnonzero((row == eod_id) | (row == 0))
+    ends = np.flatnonzero((row == eod_id) | (row < 0))
     return row[: ends[0]] if len(ends) else row
 
 

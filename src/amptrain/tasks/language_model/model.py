@@ -100,7 +100,8 @@ class CausalBlock(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="amptrain")
 class TiedLogits(keras.layers.Layer):
-    """Logits over the vocabulary: the states times the token embedding's transpose, in float32."""
+    """Logits over the vocabulary: the states times the token embedding's transpose, in float32
+    (or times a pretrained model's own output table: a keras-hub ReversibleEmbedding untied)."""
 
     float32_reason = "the logits feed a softmax over the whole vocabulary, a sum half precision cannot hold"
 
@@ -112,7 +113,7 @@ class TiedLogits(keras.layers.Layer):
         """The logits (batch, length, vocabulary); given `labels` (batch, length; negative where
         not scored), the cross-entropy instead, a chunk of logits at a time
         (`cross_entropy.py`): summed over the batch when training, else of every position."""
-        table = ops.cast(self.embedding.embeddings, "float32")
+        table = ops.cast(self.table(), "float32")
         x = ops.cast(x, "float32")
         if labels is None:
             return ops.matmul(x, ops.transpose(table))
@@ -121,6 +122,12 @@ class TiedLogits(keras.layers.Layer):
         if training:
             return summed_cross_entropy(rows, table, flat)
         return ops.reshape(token_cross_entropy(rows, table, flat), ops.shape(labels))
+
+    def table(self):
+        """(vocabulary, hidden): the token embedding, or the untied output table's transpose."""
+        if getattr(self.embedding, "tie_weights", True):
+            return self.embedding.embeddings
+        return ops.transpose(self.embedding.reverse_embeddings)
 
     def matmul_parameters(self):
         """The weights multiplied once a token (`hardware/flops.py` counts them)."""

@@ -102,9 +102,9 @@ class GeneratorModule(ServingModule):
 
 
 def continuations(out, lengths, eod_id):
-    """Each row's pieces after its prompt up to the end-of-document piece (or padding), ragged."""
+    """Each row's pieces after its prompt up to the end-of-document piece (or -1: nothing more), ragged."""
     columns = tf.range(tf.shape(out)[1])[None]
     after = columns >= lengths[:, None]
-    stops = tf.logical_and(after, tf.logical_or(out == eod_id, out == 0))
+    stops = tf.logical_and(after, tf.logical_or(out == eod_id, out < 0))
     first_stop = tf.reduce_min(tf.where(stops, columns, tf.shape(out)[1]), axis=1)
     return tf.ragged.boolean_mask(out, tf.logical_and(after, columns < first_stop[:, None]))

@@ -14,8 +14,15 @@ starting at the checkpoint's step.
 Scores, on dev and test: loss and perplexity per piece, and bits per byte (the nats over
 every piece of the split, scored once, / ln 2 / the split's UTF-8 bytes), which do not
 depend on the tokenizer; the best checkpoint is the one of the lowest dev bits per byte.
+
+With `model.pretrained` (a GPT-2, Llama 3, Qwen2 or Gemma folder: `pretrained.py`) the
+model and its tokenizer are the checkpoint's, and a document is framed as its tokenizer
+frames a text: its start pieces (Llama 3's `<|begin_of_text|>`; none for GPT-2), its pieces,
+its end piece; a new document starts after an end piece. `train.lora_rank` trains low-rank
+adapters only (models/lora.py).
 """
 
+import functools
 import json
 import logging
 import math
@@ -24,7 +31,7 @@ import os
 import numpy as np
 
 from amptrain.errors import DataError
-from amptrain.tasks.base import Split, Task
+from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
 from amptrain.tasks.language_model import corpus, vocabulary
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
@@ -42,6 +49,7 @@ class LanguageModelTask(Task):
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
     serving_module = GeneratorModule
+    pretrained_kind = "causal"
 
     def __init__(self, config, run_dir):
         super().__init__(config, run_dir)
@@ -50,14 +58,24 @@ class LanguageModelTask(Task):
 
     # === Data ===
 
+    @functools.cached_property
+    def checkpoint(self):
+        """The pretrained language model's checkpoint (`model.pretrained`), or None."""
+        from amptrain.config.pretrained import read_checkpoint
+
+        path = self.config.model.pretrained
+        return read_checkpoint(path) if path else None
+
     def learned_files(self):
+        if self.checkpoint is not None:
+            return [PRETRAINED_FILE]
         return [vocabulary.VOCABULARY_FILE, vocabulary.MERGES_FILE]
 
     def prepare(self, split_names=("train", "dev", "test")):
         d = self.config.data
         paths = {"train": d.train, "dev": d.dev, "test": d.test}
         files = {name: corpus.corpus_files(paths[name]) for name in split_names if paths.get(name)}
-        self.tokenizer = self._load_or_learn_vocabulary(files.get("train") or corpus.corpus_files(d.train))
+        self.tokenizer = self._load_or_learn_vocabulary(lambda: files.get("train") or corpus.corpus_files(d.train))
         for name, split_files in files.items():
             self._add_split(name, split_files)
         if "train" in self.splits:
@@ -76,7 +94,7 @@ class LanguageModelTask(Task):
         path = os.path.join(self.run_dir, f"tokens-{name}.bin")
         newest = max(os.path.getmtime(f) for f in files)
         if not os.path.exists(path + ".dtype") or os.path.getmtime(path) < newest:
-            count = corpus.write_tokens(files, self.tokenizer, self.eod_id, path)
+            count = corpus.write_tokens(files, self.tokenizer, self.framing, path)
             logger.info(f"tokenized {name}: {count:,} pieces from {len(files)} file(s) into {path}")
         tokens = corpus.read_tokens(path)
         if len(tokens) < 2:
@@ -85,16 +103,37 @@ class LanguageModelTask(Task):
         self.splits[name] = Split(name, files[0], files, encoded, np.zeros(0, np.int32))
 
     def _load_or_learn_vocabulary(self, train_files):
+        if self.checkpoint is not None:
+            from amptrain.models.families import family_of
+
+            self.base_weights = record_pretrained(self.checkpoint, self.run_dir)
+            return family_of(self.checkpoint).tokenizer(self.checkpoint)
         if not os.path.exists(os.path.join(self.run_dir, vocabulary.VOCABULARY_FILE)):
             size = self.config.data.vocabulary_size
             logger.info(f"learning a byte-level BPE of {size} pieces on {self.config.data.train}")
-            pieces, merges = vocabulary.learn(corpus.documents(train_files), size)
+            pieces, merges = vocabulary.learn(corpus.documents(train_files()), size)
             vocabulary.save(pieces, merges, self.run_dir)
         return vocabulary.load(self.run_dir)
 
     @property
     def eod_id(self):
         return self.tokenizer.end_id
+
+    @property
+    def framing(self):
+        """(the pieces before each document, after each, after the last): `EOD d1 EOD d2 EOD`
+        for amptrain's own model; `[start] d1 END [start] d2 END` for a pretrained one."""
+        if self.checkpoint is None:
+            return [self.eod_id], [], [self.eod_id]
+        return list(self.tokenizer.prefix), [self.eod_id], []
+
+    def document_starts(self, ids):
+        """True where a document starts in rows of `ids`: at amptrain's end-of-document piece,
+        or after a pretrained model's end piece."""
+        if self.checkpoint is None:
+            return ids == self.eod_id
+        ends = ids == self.eod_id
+        return np.concatenate([np.zeros_like(ends[:, :1]), ends[:, :-1]], axis=1)
 
     def blocks(self, split_name, scored=False):
         """Blocks of `split_name`: whole ones for training (a block is max_length pieces and the
@@ -107,7 +146,7 @@ class LanguageModelTask(Task):
         """(block indices, length) -> one batch of blocks: (features, targets, token counts);
         index -1 is a padding row, and a short last block is padded with pieces of weight 0."""
         tokens = self.splits[split_name].encoded["tokens"]
-        eod = self.eod_id
+        starts = self.document_starts
 
         def build(indices, length):
             rows = len(indices)
@@ -120,7 +159,7 @@ class LanguageModelTask(Task):
                 piece = np.asarray(tokens[index * length : index * length + length + 1], np.int32)
                 real = len(piece) - 1
                 ids[row, :real], labels[row, :real], weights[row, :real] = piece[:-1], piece[1:], 1.0
-            segments, positions = segments_and_positions(ids, eod, weights > 0)
+            segments, positions = segments_and_positions(starts(ids), weights > 0)
             real = weights.sum(axis=1).astype(np.int32)
             counts = np.stack([real, np.full(rows, length, np.int32)], axis=1)
             scored = np.where(weights > 0, labels, -1)  # the model scores these (`model.py`)
@@ -177,6 +216,14 @@ class LanguageModelTask(Task):
         from amptrain.tasks.language_model.model import LanguageModel
 
         d = self.config.data
+        if self.checkpoint is not None:
+            from amptrain.models.lora import apply_lora
+            from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
+
+            model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout, dtype)
+            model.base_weights = getattr(self, "base_weights", "")
+            apply_lora(model, self.config.train)
+            return model
         model = LanguageModel(self.tokenizer.size, d.max_length, self.config.model, dtype)
         model.build()
         return model
@@ -187,9 +234,14 @@ class LanguageModelTask(Task):
         tokens, counts = self.splits["train"].encoded["tokens"], np.zeros(self.tokenizer.size, np.int64)
         for first in range(0, len(tokens), 1 << 20):  # a chunk at a time: the file may exceed memory
             counts += np.bincount(np.asarray(tokens[first : first + (1 << 20)]), minlength=self.tokenizer.size)
-        pieces = [self.tokenizer.decode([i]) for i in range(self.tokenizer.size)]
-        pieces[0], pieces[self.eod_id] = "<pad>", "<|endoftext|>"
-        return [("tokens", model.token_embedding.embeddings, pieces, counts)]
+        table = model.token_embedding.embeddings
+        if self.checkpoint is not None:  # the table may have spare rows (Qwen2's)
+            pieces = [self.tokenizer.piece(i) for i in range(int(table.shape[0]))]
+            counts = np.pad(counts, (0, max(0, len(pieces) - len(counts))))
+        else:
+            pieces = [self.tokenizer.decode([i]) for i in range(self.tokenizer.size)]
+            pieces[0], pieces[self.eod_id] = "<pad>", "<|endoftext|>"
+        return [("tokens", table, pieces, counts)]
 
     def loss(self, targets, outputs):
         """The cross-entropy of every real next piece, summed (the model makes it from the
@@ -238,14 +290,17 @@ class LanguageModelTask(Task):
         return records
 
     def prompt_ids(self, texts, max_new_tokens):
-        """(batch, longest) prompt ids, each the end-of-document piece then the text's pieces
-        (the last ones that leave `max_new_tokens` of the model's length), and their lengths."""
-        keep = max(1, self.config.data.max_length - max(1, max_new_tokens) - 1)
+        """(batch, longest) prompt ids, each the pieces that start a document (`framing`) then
+        the text's pieces (the last ones that leave `max_new_tokens` of the model's length),
+        and their lengths; rows padded with -1."""
+        before = self.framing[0]
+        keep = max(1, self.config.data.max_length - max(1, max_new_tokens) - len(before))
         encoded = [
-            np.concatenate([[self.eod_id], ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)
+            np.concatenate([before, ids[-keep:] if len(ids) else ids]).astype(np.int32)
+            for ids in self.tokenizer.encode(texts)
         ]
         lengths = np.array([len(ids) for ids in encoded], np.int32)
-        prompts = np.zeros((len(encoded), lengths.max()), np.int32)
+        prompts = np.full((len(encoded), max(1, lengths.max())), -1, np.int32)
         for row, ids in enumerate(encoded):
             prompts[row, : len(ids)] = ids
         return prompts, lengths
@@ -286,12 +341,11 @@ class BlockPlan:
         return padded, self.length
 
 
-def segments_and_positions(ids, eod_id, real):
-    """Each piece's document number within its row (from 0; a new one at each end-of-document
-    piece, the start of the next) and its position from its document's start; padding -1, 0."""
-    starts = ids == eod_id
+def segments_and_positions(starts, real):
+    """Each piece's document number within its row (from 0; a new one where `starts`, the
+    start of the next) and its position from its document's start; padding -1, 0."""
     segments = np.cumsum(starts, axis=1).astype(np.int32)
-    columns = np.arange(ids.shape[1])
+    columns = np.arange(starts.shape[1])
     last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
     positions = (columns - last_start).astype(np.int32)
     return np.where(real, segments, -1), np.where(real, positions, 0)

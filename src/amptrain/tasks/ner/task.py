@@ -81,7 +81,7 @@ class NerTask(TextTask):
     default_lowercase = False
     predictions_suffix = ".conll"
     formats = ("auto", "conll")
-    accepts_pretrained = True
+    pretrained_kind = "encoder"
     serving_module = TaggerModule
 
     # === Data ===

@@ -1,0 +1,55 @@
+"""`amptrain predict FOLDER` on a pretrained language model's folder itself (GPT-2, Llama 3,
+Qwen2, Gemma as `transformers` saves them): what the checkpoint does before any fine-tuning,
+with the same `[generate]` options as a run's predict.
+
+    task, model, predict, weights = load_pretrained("tests/pretrained/tiny-llama3", ["generate.max_new_tokens=20"])
+    task.predict_texts(["In the beginning"], model, predict)
+"""
+
+import os
+import tempfile
+
+from amptrain import config as config_lib
+from amptrain.errors import UserError
+from amptrain.exports.loading import PRECISIONS
+
+PRETRAINED_PREDICT_LENGTH = 1024  # positions a pretrained folder generates over at most (prompt and continuation)
+
+
+def is_pretrained_folder(path):
+    """A model folder as `transformers` saves it (config.json), not a run folder (config.toml)."""
+    return os.path.isfile(os.path.join(path, "config.json")) and not os.path.exists(os.path.join(path, "config.toml"))
+
+
+def load_pretrained(folder, overrides=(), precision=None):
+    """`load_run` for a pretrained language model's folder itself: the language-model task on
+    its checkpoint (no run folder, no training; `[generate]` from `overrides`), under
+    `precision` (float32, bfloat16 or float16, as `export --precision`; float32 unless named).
+    A folder of another family is refused as `fit` refuses it."""
+    import tensorflow as tf
+
+    from amptrain.config.pretrained import read_checkpoint
+    from amptrain.engine.step_runner import StepRunner
+    from amptrain.tasks import create_task
+
+    checkpoint = read_checkpoint(folder)
+    length = min(checkpoint.max_positions, PRETRAINED_PREDICT_LENGTH)
+    raw = {
+        "task": "language_model",
+        "data": {"train": folder, "max_length": length},
+        "model": {"pretrained": folder, "dropout": 0.0},
+        "precision": {"policy": _policy(precision or "float32")},
+    }
+    config = config_lib.config_from_dict(raw, overrides, source=folder, check_files=False)
+    with tempfile.TemporaryDirectory(prefix="amptrain-pretrained-") as scratch:
+        task = create_task(config, scratch)
+        task.prepare(())
+        model, _, _ = task.create_model()
+    trainer = StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=False)
+    return task, model, trainer.predict, checkpoint.weights_path
+
+
+def _policy(precision):
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision: expected one of {', '.join(PRECISIONS)}, received {precision!r:.40}")
+    return PRECISIONS[precision]

@@ -1,0 +1,71 @@
+"""Low-rank adapters on a pretrained language model (`train.lora_rank`, `lora_alpha`,
+`lora_targets`): every pretrained weight frozen, and each targeted projection of each
+decoder layer given Keras' LoRA (`enable_lora`: kernel + (alpha / rank) A B, A and B
+trained in float32), so the optimizer holds slots for the adapters alone.
+
+    apply_lora(model, config.train)      # after the weights are loaded
+    adapters(model)                      # the A and B variables, what a checkpoint holds
+    merge_lora(model)                    # each kernel becomes kernel + (alpha / rank) A B (the export)
+
+A target is a projection's name (query, key, value, output, gate, up, down), mapped to each
+family's sub-layer (`CausalFamily.projections`). The run folder's checkpoints hold the
+adapters and the step's state, not the frozen weights: the model rebuilt from the
+folder the run recorded (`pretrained.json`, its weights' SHA-256, also in each checkpoint)
+gets them back.
+"""
+
+import numpy as np
+
+from amptrain.config.validation import lora_targets
+
+def target_layers(model, names):
+    """The sub-layers `names` stand for in each decoder layer of `model`."""
+    found = []
+    for block in model.blocks:
+        for name in names:
+            layer = block
+            for attribute in model.family.projections[name].split("."):
+                layer = getattr(layer, attribute)
+            found.append(layer)
+    return found
+
+
+def apply_lora(model, train_config):
+    """Freezes `model`'s weights and puts adapters on its targets (nothing when lora_rank is 0)."""
+    rank = train_config.lora_rank
+    if not rank:
+        return
+    layers = target_layers(model, lora_targets(train_config.lora_targets, tuple(model.family.projections)))
+    for variable in model.weights:
+        variable.trainable = False
+    alpha = train_config.lora_alpha or rank
+    for layer in layers:
+        layer.enable_lora(rank, lora_alpha=alpha)
+    model.lora = {"rank": rank, "alpha": alpha, "targets": train_config.lora_targets}
+
+
+def adapters(model):
+    """The adapters' variables (A and B of each target), in a fixed order."""
+    return [v for v in model.weights if v.trainable and "lora_kernel" in v.path]
+
+
+def merge_lora(model):
+    """Each adapted kernel set to kernel + (alpha / rank) A B and its adapter turned off: the
+    model computes what it computed, from plain weights (what an export holds)."""
+    for layer in model._flatten_layers(include_self=False):
+        if getattr(layer, "lora_enabled", False):
+            merged = layer._kernel.numpy() + (layer.lora_alpha / layer.lora_rank) * np.tensordot(
+                layer.lora_kernel_a.numpy(), layer.lora_kernel_b.numpy(), axes=1
+            )
+            layer._kernel.assign(merged.astype(layer._kernel.dtype))
+            layer.lora_enabled = False
+
+
+def checkpoint_view(model, base_weights):
+    """What a checkpoint of a model with adapters holds: the adapters, and the SHA-256 of the
+    pretrained weights they adapt (`base_weights`)."""
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(
+        adapters=adapters(model), base_weights=tf.Variable(base_weights or "", trainable=False, name="base_weights")
+    )
