@@ -80,7 +80,9 @@ def test_a_document_packed_after_another_scores_as_alone():
 
 def test_folders_the_task_cannot_use_are_refused_in_one_line(tmp_path):
     config = tmp_path / "lm.toml"
-    config.write_text(f'task = "language_model"\n[data]\ntrain = "{tmp_path}"\n[model]\npretrained = "{folder("gpt2")}"\n')
+    config.write_text(
+        f'task = "language_model"\n[data]\ntrain = "{tmp_path}"\n[model]\npretrained = "{folder("gpt2")}"\n'
+    )
     bert = os.path.join(HERE, "tiny-bert")
     with pytest.raises(ConfigError, match=r"tiny-bert is a bert \(encoder\) folder; .* causal one: gpt2, llama, qwen2"):
         load_config(str(config), [f"model.pretrained={bert}"], check_files=False)
@@ -90,7 +92,9 @@ def test_folders_the_task_cannot_use_are_refused_in_one_line(tmp_path):
     shutil.copytree(folder("gpt2"), copy)
     settings = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**settings, "model_type": "t5"}))
-    with pytest.raises(ConfigError, match=r"model_type 't5' is not supported; supported: bert, .*gpt2, llama, qwen2, gemma"):
+    with pytest.raises(
+        ConfigError, match=r"model_type 't5' is not supported; supported: bert, .*gpt2, llama, qwen2, gemma"
+    ):
         read_checkpoint(str(copy))
     with pytest.raises(ConfigError, match=r"train.lora_targets: expected a comma-separated list of query, key"):
         load_config(str(config), ["train.lora_rank=2", "train.lora_targets=query,attention"], check_files=False)
@@ -117,7 +121,9 @@ def test_lora_trains_adapters_only_and_merging_them_changes_no_output(family):
     model = PretrainedLanguageModel(read_checkpoint(folder(family)), 128, 0.0, "float32")
     before = model(features([5, 6, 7, 8])).numpy()
     apply_lora(model, Train)
-    assert model.trainable_variables == adapters(model) and len(adapters(model)) == 2 * 3 * 2  # A, B; 3 targets, 2 layers
+    assert (
+        model.trainable_variables == adapters(model) and len(adapters(model)) == 2 * 3 * 2
+    )  # A, B; 3 targets, 2 layers
     assert np.array_equal(model(features([5, 6, 7, 8])).numpy(), before)  # B starts at zero
     for variable in adapters(model):
         variable.assign(np.random.default_rng(0).normal(0, 0.3, variable.shape).astype(np.float32))
@@ -125,3 +131,37 @@ def test_lora_trains_adapters_only_and_merging_them_changes_no_output(family):
     assert np.abs(adapted - before).max() > 1e-2
     merge_lora(model)
     assert np.abs(model(features([5, 6, 7, 8])).numpy() - adapted).max() < 1e-5
+
+
+def test_rank_8_adapters_train_under_5_percent_of_a_gpt2_128_wide(tmp_path):
+    """tiny-gpt2 widened 8 times (random weights of the shapes its config then implies):
+    adapters of rank 8 on the queries and values are 2.2% of its 464,000 parameters, and
+    only they have gradients and Adam's slots (`engine.memory.variable_parts`)."""
+    from safetensors.numpy import load_file, save_file
+
+    from amptrain.config import TrainConfig
+    from amptrain.engine.memory import variable_parts
+    from amptrain.engine.optimizer import build_optimizer
+
+    wide = tmp_path / "wide-gpt2"
+    shutil.copytree(folder("gpt2"), wide)
+    settings = json.loads((wide / "config.json").read_text())
+    (wide / "config.json").write_text(json.dumps({**settings, "n_embd": 128}))
+    rng = np.random.default_rng(0)
+    tensors = load_file(str(wide / "model.safetensors"))
+    shapes = {name: [d * 8 if d in (16, 48, 64) else d for d in t.shape] for name, t in tensors.items()}
+    save_file(
+        {name: rng.normal(0, 0.02, s).astype(np.float32) for name, s in shapes.items()}, str(wide / "model.safetensors")
+    )
+    model = PretrainedLanguageModel(read_checkpoint(str(wide)), 128, 0.0, "float32")
+
+    class Rank8:
+        lora_rank, lora_alpha, lora_targets = 8, 0.0, "query,value"
+
+    apply_lora(model, Rank8)
+    optimizer, _ = build_optimizer(TrainConfig(), total_steps=10)
+    optimizer.build(model.trainable_variables)
+    parts = variable_parts(model, optimizer)
+    assert parts["trainable_parameters"] == 2 * 2 * (128 * 2 * 8 + 8 * 64) == 10_240
+    assert parts["trainable_parameters"] / parts["parameters"] < 0.05
+    assert parts["slots"] == 2 * 4 * 10_240 + 8 and parts["gradients"] == 4 * 10_240

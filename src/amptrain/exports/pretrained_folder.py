@@ -7,7 +7,9 @@ with the same `[generate]` options as a run's predict.
 """
 
 import os
+import shutil
 import tempfile
+import weakref
 
 from amptrain import config as config_lib
 from amptrain.errors import UserError
@@ -41,10 +43,11 @@ def load_pretrained(folder, overrides=(), precision=None):
         "precision": {"policy": _policy(precision or "float32")},
     }
     config = config_lib.config_from_dict(raw, overrides, source=folder, check_files=False)
-    with tempfile.TemporaryDirectory(prefix="amptrain-pretrained-") as scratch:
-        task = create_task(config, scratch)
-        task.prepare(())
-        model, _, _ = task.create_model()
+    scratch = tempfile.mkdtemp(prefix="amptrain-pretrained-")  # the task's run folder, gone with it
+    task = create_task(config, scratch)
+    weakref.finalize(task, shutil.rmtree, scratch, ignore_errors=True)
+    task.prepare(())
+    model, _, _ = task.create_model()
     trainer = StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=False)
     return task, model, trainer.predict, checkpoint.weights_path
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from amptrain.config.validation import lora_targets
 
+
 def target_layers(model, names):
     """The sub-layers `names` stand for in each decoder layer of `model`."""
     found = []

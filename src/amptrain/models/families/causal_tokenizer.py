@@ -5,6 +5,7 @@ library, which is what `transformers` runs for these families, so the ids are it
     tokenizer.prefix, tokenizer.end_id     # [<|begin_of_text|>'s id] (Llama 3) or [] (GPT-2); the end piece
     tokenizer.encode(["Hello"])            # [array([...])]: the text's pieces, no special piece
     tokenizer.decode(ids)                  # the text, special pieces skipped
+    tokenizer.graph_form()                 # the same in TensorFlow ops (graph_pieces.py), for an export
 
 Ids are the checkpoint's own (no swap: the language-model task pads with weights and -1,
 never with id 0). `prefix` is what the tokenizer puts before a text (its post-processor, as
@@ -70,6 +71,12 @@ class HubPieces:
     def decode(self, ids, skip_special_tokens=True):
         """The text of `ids`, as `transformers` decodes it (`skip_special_tokens` by default)."""
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def graph_form(self):
+        """The same tokenizer in TensorFlow ops, for an export (`graph_pieces.graph_tokenizer`)."""
+        from amptrain.models.families.graph_pieces import graph_tokenizer
+
+        return graph_tokenizer(self)
 
     def piece(self, index):
         """The piece `index` as the vocabulary writes it (the projector's labels)."""

@@ -29,9 +29,17 @@ class GeneratorModule(ServingModule):
     onnx_refusal = "a language model exports as a SavedModel only (its generation loop does not convert to ONNX)"
 
     def __init__(self, task, model):
+        if getattr(model, "lora", None):  # the adapters merged into the weights they adapt
+            from amptrain.models.lora import merge_lora
+
+            merge_lora(model)
         super().__init__(model)
-        self._tokenizer = task.tokenizer
+        graph_form = getattr(task.tokenizer, "graph_form", None)  # a pretrained model's tokenizer.json
+        self._tokenizer = graph_form() if graph_form else task.tokenizer
         self._eod_id = task.eod_id
+        self._before = task.framing[0]  # the pieces a prompt starts with
+        self._empty_start = task.empty_prompt_id
+        self._padding = task.padding_id
         self._max_length = task.config.data.max_length
         self._settings = task.config.generate
         self.serve = tf.function(self._serve, input_signature=[TEXT_SPEC])
@@ -75,19 +83,22 @@ class GeneratorModule(ServingModule):
             tf.cast(seed, tf.int32),
         ]
         max_new = tf.clip_by_value(settings[0], 1, self._max_length - 1)
-        keep = tf.maximum(1, self._max_length - max_new - 1)
+        keep = tf.maximum(1, self._max_length - max_new - len(self._before))
         pieces = tf.cast(self._tokenizer.graph_tokenize(text), tf.int32)
         cut = tf.maximum(pieces.row_lengths() - tf.cast(keep, tf.int64), 0)  # a long prompt keeps its end
         pieces = tf.gather(pieces.values, tf.ragged.range(pieces.row_starts() + cut, pieces.row_limits()))
-        starts = tf.fill([tf.shape(text)[0], 1], self._eod_id)
+        starts = tf.tile(tf.constant(self._before, tf.int32, shape=[1, len(self._before)]), [tf.shape(text)[0], 1])
         prompts = tf.concat([tf.RaggedTensor.from_tensor(starts), pieces], axis=1)
+        empty = tf.cast(prompts.row_lengths() == 0, tf.int64)  # (no start piece): from the model's own
+        first = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], self._empty_start), empty)
+        prompts = tf.concat([first, prompts], axis=1)
         lengths = tf.cast(prompts.row_lengths(), tf.int32)
-        out = graph_generate(self.model, prompts.to_tensor(0), lengths, self._eod_id, max_new, *settings[1:])
+        out = graph_generate(self.model, prompts.to_tensor(-1), lengths, self._eod_id, max_new, *settings[1:])
         return {"generated": self._tokenizer.graph_detokenize(continuations(out, lengths, self._eod_id))}
 
     def _serve_ids(self, token_ids):
         s = self._settings
-        lengths = tf.reduce_sum(tf.cast(token_ids != 0, tf.int32), axis=1)
+        lengths = tf.reduce_sum(tf.cast(token_ids != self._padding, tf.int32), axis=1)
         out = graph_generate(
             self.model, token_ids, lengths, self._eod_id, tf.constant(s.max_new_tokens), tf.constant(s.temperature),
             tf.constant(s.top_k), tf.constant(s.top_p), tf.constant(s.seed),

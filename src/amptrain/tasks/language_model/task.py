@@ -127,6 +127,19 @@ class LanguageModelTask(Task):
             return [self.eod_id], [], [self.eod_id]
         return list(self.tokenizer.prefix), [self.eod_id], []
 
+    @property
+    def padding_id(self):
+        """What pads token ids given to the export (`serve_token_ids`): amptrain's <pad>, or -1
+        for a pretrained model, whose every id is a piece."""
+        return 0 if self.checkpoint is None else -1
+
+    @property
+    def empty_prompt_id(self):
+        """The piece an empty prompt starts from when the framing puts none before it (GPT-2,
+        Qwen2: the config's `bos_token_id`, else the end piece, as GPT-2's is both)."""
+        start = getattr(self.tokenizer, "start_id", None)
+        return self.eod_id if start is None else start
+
     def document_starts(self, ids):
         """True where a document starts in rows of `ids`: at amptrain's end-of-document piece,
         or after a pretrained model's end piece."""
@@ -295,10 +308,8 @@ class LanguageModelTask(Task):
         and their lengths; rows padded with -1."""
         before = self.framing[0]
         keep = max(1, self.config.data.max_length - max(1, max_new_tokens) - len(before))
-        encoded = [
-            np.concatenate([before, ids[-keep:] if len(ids) else ids]).astype(np.int32)
-            for ids in self.tokenizer.encode(texts)
-        ]
+        encoded = [np.concatenate([before, ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)]
+        encoded = [(ids if len(ids) else [self.empty_prompt_id]) for ids in encoded]
         lengths = np.array([len(ids) for ids in encoded], np.int32)
         prompts = np.full((len(encoded), max(1, lengths.max())), -1, np.int32)
         for row, ids in enumerate(encoded):
