@@ -96,6 +96,17 @@ def test_folders_the_task_cannot_use_are_refused_in_one_line(tmp_path):
         ConfigError, match=r"model_type 't5' is not supported; supported: bert, .*gpt2, llama, qwen2, gemma"
     ):
         read_checkpoint(str(copy))
+    for family, setting, refused in (
+        ("qwen2", {"use_sliding_window": True}, r"use_sliding_window: expected False \(what keras-hub builds\)"),
+        ("llama3", {"attention_bias": True}, r"attention_bias: expected False"),
+        ("gemma", {"rope_parameters": {"rope_theta": 500.0}}, r"rope_theta: expected 10000 or 10000.0"),
+    ):
+        changed = tmp_path / family
+        shutil.copytree(folder(family), changed)
+        settings = json.loads((changed / "config.json").read_text())
+        (changed / "config.json").write_text(json.dumps({**settings, **setting}))
+        with pytest.raises(ConfigError, match=f"{family}/config.json: {refused}"):
+            read_checkpoint(str(changed))
     with pytest.raises(ConfigError, match=r"train.lora_targets: expected a comma-separated list of query, key"):
         load_config(str(config), ["train.lora_rank=2", "train.lora_targets=query,attention"], check_files=False)
     with pytest.raises(ConfigError, match=r"train.lora_rank: expected 0 \(LoRA adapts model.pretrained"):

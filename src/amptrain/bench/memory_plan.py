@@ -124,6 +124,11 @@ def _mib(value):
     return f"{value / 2**20:,.0f}"
 
 
+def _share(plan):
+    """The share of the parameters trained (LoRA: the adapters'), as a percentage."""
+    return f"{100 * plan['trainable_parameters'] / max(plan['parameters'], 1):.1f}%"
+
+
 def format_plans(plans):
     """The terminal table of `plan_config`'s records."""
     first = plans[0]
@@ -131,13 +136,13 @@ def format_plans(plans):
     lines = [
         f"memory a training step needs, estimated from the model (model.remat = {first['remat']!r}, "
         f"{first['positions_per_row']} positions a row; MiB)",
-        "precision        params  weights  gradients  slots  runtime  a row (kept)   "
+        "precision        params  trained  weights  gradients  slots  runtime  a row (kept)   "
         + f"batch {first['batch_size']}"
         + ("  largest batch" if budget else ""),
     ]
     for p in plans:
         row = (
-            f"{p['policy']:<15} {p['parameters'] / 1e6:6.1f}M {_mib(p['weights_bytes']):>8} "
+            f"{p['policy']:<15} {p['parameters'] / 1e6:6.1f}M {_share(p):>8} {_mib(p['weights_bytes']):>8} "
             f"{_mib(p['gradients_bytes']):>10} {_mib(p['optimizer_slots_bytes']):>6} {_mib(p['runtime_bytes']):>8} "
             f"{p['activations_bytes_per_row'] / 2**20:6.2f} ({p['kept_for_backward_bytes_per_row'] / 2**20:.2f}) "
             f"{_mib(p['total_bytes']):>10}"

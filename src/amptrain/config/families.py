@@ -46,6 +46,9 @@ class FolderRules:
     activation_key: str = "hidden_act"  # "": the family's activation is its own (keras-hub builds it)
     position_offset: int = 0  # position rows the family reserves (RoBERTa's padding_idx + 1)
     kind: str = "encoder"  # "encoder" (classification, ner) or "causal" (language_model)
+    # (config.json's dict) -> what keras-hub would build otherwise than `transformers` ("key: expected …,
+    # received …"), or "": such a folder is refused rather than run differently
+    unsupported: Callable = lambda config: ""
 
 
 def lower_cased(tokenizer_config):
@@ -130,8 +133,56 @@ def decoder_weights(config):
     return shapes
 
 
-def causal(model_type, keys, weights):
-    return FolderRules(model_type, keys, ("tokenizer.json",), cased, weights, activation_key="", kind="causal")
+def differing(config, expected):
+    """The first of `expected` ({key: (value if absent, the values keras-hub builds)}) that
+    config.json sets otherwise, as "key: expected …, received …"; "" when none."""
+    for key, (default, accepted) in expected.items():
+        value = config.get(key, default)
+        if key == "rope_theta" and "rope_parameters" in config:  # where transformers 5 writes it
+            value = (config.get("rope_parameters") or {}).get("rope_theta", default)
+        if value not in accepted:
+            return f"{key}: expected {' or '.join(map(repr, accepted))} (what keras-hub builds), received {value!r:.60}"
+    return ""
+
+
+def gpt2_unsupported(config):
+    return differing(
+        config,
+        {
+            "layer_norm_epsilon": (1e-5, (1e-5,)),
+            "activation_function": ("gelu_new", ("gelu_new", "gelu_pytorch_tanh")),
+            "scale_attn_by_inverse_layer_idx": (False, (False,)),
+            "reorder_and_upcast_attn": (False, (False,)),
+        },
+    )
+
+
+def llama_unsupported(config):
+    return differing(
+        config, {"attention_bias": (False, (False,)), "mlp_bias": (False, (False,)), "hidden_act": ("silu", ("silu",))}
+    )
+
+
+def qwen2_unsupported(config):
+    return differing(config, {"use_sliding_window": (False, (False,)), "hidden_act": ("silu", ("silu",))})
+
+
+def gemma_unsupported(config):
+    activation = config.get("hidden_activation") or "gelu_pytorch_tanh"  # transformers' own default
+    return differing(
+        {**config, "hidden_activation": activation},
+        {
+            "rms_norm_eps": (1e-6, (1e-6,)),
+            "rope_theta": (10000.0, (10000, 10000.0)),
+            "hidden_activation": ("", ("gelu_pytorch_tanh", "gelu_new")),
+        },
+    )
+
+
+def causal(model_type, keys, weights, unsupported):
+    return FolderRules(
+        model_type, keys, ("tokenizer.json",), cased, weights, activation_key="", kind="causal", unsupported=unsupported
+    )
 
 
 FOLDER_RULES = {
@@ -142,9 +193,9 @@ FOLDER_RULES = {
         FolderRules("xlm-roberta", BERT_KEYS, ("sentencepiece.bpe.model",), cased, roberta_weights, position_offset=2),
         FolderRules("distilbert", DISTILBERT_KEYS, ("vocab.txt",), lower_cased, distilbert_weights, "activation"),
         FolderRules("albert", BERT_KEYS, ("spiece.model",), lower_cased, albert_weights),
-        causal("gpt2", GPT2_KEYS, gpt2_weights),
-        causal("llama", DECODER_KEYS, decoder_weights),
-        causal("qwen2", DECODER_KEYS, decoder_weights),
-        causal("gemma", DECODER_KEYS, decoder_weights),
+        causal("gpt2", GPT2_KEYS, gpt2_weights, gpt2_unsupported),
+        causal("llama", DECODER_KEYS, decoder_weights, llama_unsupported),
+        causal("qwen2", DECODER_KEYS, decoder_weights, qwen2_unsupported),
+        causal("gemma", DECODER_KEYS, decoder_weights, gemma_unsupported),
     )
 }

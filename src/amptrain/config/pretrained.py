@@ -120,6 +120,9 @@ def _huggingface_checkpoint(path, config_path, config):
     family = FOLDER_RULES[model_type]
     _refuse_code(config_path, config)
     sizes = _sizes(config_path, config, family)
+    unsupported = family.unsupported(config)
+    if unsupported:
+        raise ConfigError(f"{config_path}: {unsupported}")
     for name in family.tokenizer_files:
         if not os.path.isfile(os.path.join(path, name)):
             raise ConfigError(f"{path}: no {name}; expected the tokenizer of a {model_type} folder")

@@ -3,8 +3,9 @@ byte fallback (`tokenizer.json`; `<bos>` starts a text, `<eos>` ends one), token
 times sqrt(hidden), RMS norms of (1 + scale), GeGLU with the tanh GELU, tied embeddings.
 
 keras-hub's decoder block takes no attention mask of its own: `run_layer` is its body with
-amptrain's (causal and same-document). Its RMS norm epsilon (1e-6) and RoPE base (10,000)
-are fixed, as Gemma's are; config.py refuses a folder that says otherwise.
+amptrain's (causal and same-document). Its RMS norm epsilon (1e-6), RoPE base (10,000) and
+tanh GELU are fixed, as Gemma's are; a folder that says otherwise is refused when it is
+read (config/families.py), as GPT-2's, Llama's and Qwen2's settings keras-hub ignores are.
 """
 
 import keras

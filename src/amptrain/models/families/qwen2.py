@@ -4,7 +4,7 @@ attention with biases on the query, key and value; tied or not as config.json sa
 
 keras-hub's converter reads `rms_norm_eps` and the RoPE base; it never turns on the sliding
 window (the backbone's argument has another name), so a folder asking for one
-(`use_sliding_window`) is refused when the task is checked.
+(`use_sliding_window`) is refused when it is read (config/families.py).
 """
 
 from amptrain.models.families.base import LLAMA_PROJECTIONS, CausalFamily, llama_cached, llama_layer
