@@ -54,8 +54,10 @@ def unicode_whitespace(pattern):
     while i < len(pattern):
         two = pattern[i : i + 2]
         if two in (r"\s", r"\S"):
+            if inside and two == r"\S":  # a class of "not whitespace" inside another: none seen
+                raise UserError(f"a split pattern this export cannot run in a graph: {pattern[:120]}")
             if inside:
-                out.append(WHITESPACE)  # (no \\S in a class: none of the patterns read has one)
+                out.append(WHITESPACE)
             else:
                 out.append(f"[{WHITESPACE}]" if two == r"\s" else f"[^{WHITESPACE}]")
             i += 2
