@@ -27,10 +27,10 @@ pieces along it (a tie would make a token-for-token comparison meaningless).
 
 import json
 import os
-import shutil
 
 import sentencepiece as spm
 import torch
+from make_families import folder
 from make_reference import HERE, ROOT
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
@@ -72,13 +72,6 @@ def corpus():
     with open(os.path.join(ROOT, "data", "classify-spam", "train.csv"), encoding="utf-8") as f:
         lines += [line.rstrip("\n") for _, line in zip(range(CORPUS_LINES), f)]
     return lines
-
-
-def folder(name):
-    path = os.path.join(HERE, name)
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    return path
 
 
 def byte_level_bpe(split, specials):

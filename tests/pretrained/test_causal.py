@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from pretrained.test_families import HERE, folder
 
 import amptrain
 from amptrain.config import load_config
@@ -17,12 +18,7 @@ from amptrain.models.families import family_of
 from amptrain.models.lora import adapters, apply_lora, merge_lora
 from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = ["gpt2", "llama3", "qwen2", "gemma"]
-
-
-def folder(family):
-    return os.path.join(HERE, f"tiny-{family}")
 
 
 def reference(family):
