@@ -322,3 +322,19 @@ def test_bench_honours_the_strategy_keys(tiny):
     assert "replicas" in result.stdout
     # A command that has only imported TensorFlow forks its workers (forked.py), mirrored ones too.
     assert "each measurement in a process of its own, forked after the import" in result.stdout
+
+
+def test_the_real_data_warm_up_serves_a_language_models_blocks(tmp_path):
+    """`bench --data real` compiles each bucket's shape first; a language model has one (its
+    blocks), which the warm-up took for a bucketed text task's and failed on."""
+    from tasks.test_language_model import write_tiny_corpus
+
+    from amptrain.bench.worker import one_batch_per_shape
+    from amptrain.config import load_config
+    from amptrain.tasks import create_task
+
+    folder = write_tiny_corpus(tmp_path)
+    task = create_task(load_config(str(folder / "tiny.toml")), str(tmp_path))
+    task.prepare(("train",))
+    features, _, _ = next(iter(one_batch_per_shape(task)))
+    assert features["token_ids"].shape == (8, 32)  # train.batch_size rows of data.max_length

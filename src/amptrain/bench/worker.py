@@ -137,6 +137,8 @@ def one_batch_per_shape(task):
     shortest bucket may have one batch an epoch, which 48 shuffled steps would miss.)"""
     from amptrain.data.pipeline import plan_dataset
 
+    if len(task.train_buckets()) == 1:  # one shape (a language model's blocks): any batch has it
+        return task.train_dataset(0)
     split = task.splits["train"]
     plan = task.plan(split, shuffle=True)
     first = {}
