@@ -338,3 +338,14 @@ def test_the_real_data_warm_up_serves_a_language_models_blocks(tmp_path):
     task.prepare(("train",))
     features, _, _ = next(iter(one_batch_per_shape(task)))
     assert features["token_ids"].shape == (8, 32)  # train.batch_size rows of data.max_length
+
+
+def test_the_report_says_the_parameters_trained_and_their_bytes():
+    from amptrain.bench.report import variables_line
+
+    rows = [dict(row("float32", "off", 1, 100.0), parameters=1_000_000, trainable_parameters=20_000,
+                 weights_bytes=4 * 2**20, gradients_bytes=80_000, optimizer_slots_bytes=160_008)]  # fmt: skip
+    assert variables_line(rows) == (
+        "parameters: 1,000,000, 20,000 trained (2.0%); weights 4.0 MiB, gradients 0.1 MiB, optimizer slots 0.2 MiB"
+    )
+    assert variables_line([row("float32", "off", 1, 100.0)]) == ""  # results of an older bench

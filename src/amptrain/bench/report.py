@@ -103,6 +103,20 @@ def write_all(results, out_dir):
         f.write(markdown_report(results, plots))
 
 
+def variables_line(rows):
+    """The parameters, the share trained and the bytes of weights, gradients and optimizer
+    slots of the first row (the same model in every row; LoRA trains a share of it)."""
+    first = next((r for r in rows if r.get("parameters")), None)
+    if first is None:
+        return ""
+    mib = {key: first[key] / 2**20 for key in ("weights_bytes", "gradients_bytes", "optimizer_slots_bytes")}
+    return (
+        f"parameters: {first['parameters']:,}, {first['trainable_parameters']:,} trained "
+        f"({100 * first['trainable_parameters'] / first['parameters']:.1f}%); weights {mib['weights_bytes']:,.1f} MiB, "
+        f"gradients {mib['gradients_bytes']:,.1f} MiB, optimizer slots {mib['optimizer_slots_bytes']:,.1f} MiB"
+    )
+
+
 def markdown_report(results, plots):
     env = results["environment"]
     peaks = "\n".join(f"- {p}: {v['flops'] / 1e9:,.1f} GFLOP/s ({v['source']})" for p, v in results["peaks"].items())
@@ -134,6 +148,8 @@ def markdown_report(results, plots):
         + ".",
         "",
         format_table(results["rows"], markdown=True),
+        "",
+        variables_line(results["rows"]),
         "",
     ]
     unknown = mfu_unknown(results["rows"])

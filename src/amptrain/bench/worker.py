@@ -63,13 +63,16 @@ def measure_combination(spec):
 def timed_row(timing, model, trainer, policy, strategy_name):
     """A combination's row from its timing (`_time_steps`) and what was timed: speeds, FLOPs
     per token (None: a layer cannot be counted, MFU unknown), skips, strategy."""
+    from amptrain.engine.memory import VARIABLE_RECORD, variable_parts
     from amptrain.hardware.flops import count_flops
 
     # Rows counted by the trainer: under `data.tokens_per_batch` they vary by bucket.
     mean_length = timing["padded_tokens"] / max(timing["examples"], 1)
     flops = count_flops(model)
+    parts = variable_parts(model, trainer.optimizer)  # what LoRA changes: trainable, gradients, slots
     return {
         **timing,
+        **{name: parts[field] for field, name in VARIABLE_RECORD.items()},
         "policy": policy,
         "examples_per_second": timing["examples"] / timing["seconds"],
         "mean_padded_length": mean_length,
