@@ -57,7 +57,6 @@ class CausalFamily:
     run_cached: Callable = None
     # LoRA's target names (`train.lora_targets`) -> the sub-layer of a decoder layer, by attribute path
     projections: dict = dataclasses.field(default_factory=dict)
-    kind: str = "causal"
 
     def tokenizer(self, checkpoint):
         from amptrain.models.families.causal_tokenizer import HubPieces
