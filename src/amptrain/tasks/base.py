@@ -22,6 +22,7 @@ replicas (`Trainer.predict`); `model` is the same model, for a task that scores 
 
 import abc
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -119,6 +120,14 @@ class Task(abc.ABC):
         self.config = config
         self.run_dir = run_dir
         self.splits = {}  # name -> Split, filled by `prepare` and `add_split`
+
+    @functools.cached_property
+    def checkpoint(self):
+        """The pretrained folder's checkpoint (`model.pretrained`: config/pretrained.py), or None."""
+        from amptrain.config.pretrained import read_checkpoint
+
+        path = self.config.model.pretrained
+        return read_checkpoint(path) if path else None
 
     # === Data ===
 

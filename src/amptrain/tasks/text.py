@@ -10,14 +10,12 @@ vocabulary, the batch plan and the `tf.data` stream that serves it.
 """
 
 import abc
-import functools
 import json
 import logging
 import os
 
 import numpy as np
 
-from amptrain.config import pretrained
 from amptrain.data.batching import BatchPlan, bucket_boundaries, round_up, rows_for_tokens
 from amptrain.data.vocabulary import WordPiece, load_vocabulary, save_vocabulary, train_vocabulary
 from amptrain.errors import ConfigError
@@ -45,12 +43,6 @@ class TextTask(Task):
             return self.checkpoint.lowercase  # as the encoder was trained (config/pretrained.py)
         lowercase = self.config.data.lowercase
         return self.default_lowercase if lowercase is None else lowercase
-
-    @functools.cached_property
-    def checkpoint(self):
-        """The pretrained encoder's checkpoint (`model.pretrained`), or None."""
-        path = self.config.model.pretrained
-        return pretrained.read_checkpoint(path) if path else None
 
     def _check_checkpoint(self):
         """The checkpoint's weights recorded in the run folder, or refused (`tasks.base.record_pretrained`)."""

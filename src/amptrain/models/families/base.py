@@ -28,6 +28,7 @@ class Family:
     segment_ids: bool = False  # the backbone takes segment ids (all 0: single texts)
     pooler: str = ""  # the backbone's [CLS] pooler layer, or none ("cls" pooling: the first state)
     correct: Callable = lambda encoder, checkpoint: None  # corrections beyond the shared ones
+    backbone_arguments: Callable = lambda config: {}  # (config.json's dict) -> keras-hub's arguments
 
     def tokenizer(self, checkpoint):
         return self.make_tokenizer(checkpoint.path, checkpoint.lowercase)
@@ -69,11 +70,12 @@ def llama_layer(layer, x, keep, training):
     return layer(x, decoder_attention_mask=keep, training=training)
 
 
-def llama_cached(layer, x, cache, index):
+def decoder_cached(layer, x, cache, index):
+    """One position of a keras-hub decoder layer over its cache (GPT-2's, Llama's, Qwen2's)."""
     return layer(x, self_attention_cache=cache, self_attention_cache_update_index=index)
 
 
-LLAMA_PROJECTIONS = {
+DECODER_PROJECTIONS = {
     "query": "_self_attention_layer._query_dense",
     "key": "_self_attention_layer._key_dense",
     "value": "_self_attention_layer._value_dense",

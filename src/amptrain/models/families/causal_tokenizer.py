@@ -36,8 +36,8 @@ class HubPieces:
         self.prefix = list(full[:at])  # the pieces before every text
         self.end_id = end_id
         self.start_id = self.prefix[0] if self.prefix else start_id
-        special = [t for t in self._added() if t.get("special")]
-        self.special_ids = sorted({t["id"] for t in special} | {end_id})
+        added = self._tokenizer.get_added_tokens_decoder()
+        self.special_ids = sorted({i for i, token in added.items() if token.special} | {end_id})
 
     @classmethod
     def from_checkpoint(cls, checkpoint):
@@ -51,10 +51,6 @@ class HubPieces:
             raise ConfigError(f"{config_path}: eos_token_id: expected a piece's id, received {end!r:.60}")
         start = config.get("bos_token_id")
         return cls(checkpoint.vocabulary_path, end, start if type(start) is int else None)
-
-    def _added(self):
-        with open(self.path, encoding="utf-8") as f:
-            return json.load(f).get("added_tokens") or []
 
     def token_id(self, token):
         return self._tokenizer.token_to_id(token)

@@ -8,7 +8,7 @@ computed in float32 here (`tasks/language_model/pretrained.py`), as for the enco
 Positions count from each packed document's start (the layer takes `positions`).
 """
 
-from amptrain.models.families.base import CausalFamily
+from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached
 
 
 def run_layer(layer, x, keep, training):
@@ -16,22 +16,12 @@ def run_layer(layer, x, keep, training):
     return layer(x, decoder_attention_mask=keep, use_causal_mask=False, training=training)
 
 
-def run_cached(layer, x, cache, index):
-    return layer(x, self_attention_cache=cache, self_attention_cache_update_index=index)
-
-
 FAMILY = CausalFamily(
     model_type="gpt2",
     backbone="GPT2Backbone",
     converter="convert_gpt2",
     run_layer=run_layer,
-    run_cached=run_cached,
-    projections={
-        "query": "_self_attention_layer._query_dense",
-        "key": "_self_attention_layer._key_dense",
-        "value": "_self_attention_layer._value_dense",
-        "output": "_self_attention_layer._output_dense",
-        "up": "_feedforward_intermediate_dense",
-        "down": "_feedforward_output_dense",
-    },
+    run_cached=decoder_cached,
+    # Llama's names but no gate: GPT-2's feed-forward is up, GELU, down.
+    projections={name: path for name, path in DECODER_PROJECTIONS.items() if name != "gate"},
 )

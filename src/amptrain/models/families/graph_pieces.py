@@ -136,8 +136,7 @@ class ByteLevelGraph(tf.Module):
         return tf.RaggedTensor.from_row_splits(ids.flat_values, tf.gather(ids.row_splits, words.row_splits))
 
     def graph_detokenize(self, ids):
-        kept = tf.ragged.boolean_mask(ids, tf.reduce_all(ids[..., None] != self._skipped, axis=-1))
-        return self._bpe.detokenize(kept)
+        return self._bpe.detokenize(_without(ids, self._skipped))
 
 
 class SentencePieceGraph(tf.Module):
@@ -154,8 +153,7 @@ class SentencePieceGraph(tf.Module):
         return self._model.tokenize(texts)
 
     def graph_detokenize(self, ids):
-        kept = tf.ragged.boolean_mask(ids, tf.reduce_all(ids[..., None] != self._skipped, axis=-1))
-        return self._model.detokenize(kept)
+        return self._model.detokenize(_without(ids, self._skipped))
 
 
 def graph_tokenizer(tokenizer):
@@ -169,6 +167,11 @@ def graph_tokenizer(tokenizer):
     if os.path.isfile(model):
         return SentencePieceGraph(model, tokenizer.special_ids)
     raise UserError(f"{tokenizer.path}: no graph form of this tokenizer (byte-level BPE, or a tokenizer.model)")
+
+
+def _without(ids, skipped):
+    """Ragged `ids` less the special pieces (`transformers`' `skip_special_tokens`)."""
+    return tf.ragged.boolean_mask(ids, tf.reduce_all(ids[..., None] != skipped, axis=-1))
 
 
 def _raw_bytes(pieces):

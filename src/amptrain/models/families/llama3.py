@@ -8,7 +8,7 @@ Corrected: keras-hub's converter builds every RMS norm at 1e-6 (Llama 3's is 1e-
 length rotate otherwise); both are passed to the backbone from config.json here.
 """
 
-from amptrain.models.families.base import LLAMA_PROJECTIONS, CausalFamily, llama_cached, llama_layer
+from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
 
 
 def backbone_arguments(config):
@@ -31,6 +31,6 @@ FAMILY = CausalFamily(
     converter="convert_llama3",
     backbone_arguments=backbone_arguments,
     run_layer=llama_layer,
-    run_cached=llama_cached,
-    projections=LLAMA_PROJECTIONS,
+    run_cached=decoder_cached,
+    projections=DECODER_PROJECTIONS,
 )

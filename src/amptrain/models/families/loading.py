@@ -21,9 +21,8 @@ def load_backbone(family, path, **kwargs):
 
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    corrections = family.backbone_arguments(config) if hasattr(family, "backbone_arguments") else {}
     backbone = getattr(keras_hub.models, family.backbone)
-    encoder = backbone.from_preset(path, load_weights=False, **kwargs, **corrections)
+    encoder = backbone.from_preset(path, load_weights=False, **kwargs, **family.backbone_arguments(config))
     converter = importlib.import_module(f"keras_hub.src.utils.transformers.{family.converter}")
     with _loader()(path) as loader:
         converter.convert_weights(encoder, loader, config)

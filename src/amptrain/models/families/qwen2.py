@@ -7,13 +7,13 @@ window (the backbone's argument has another name), so a folder asking for one
 (`use_sliding_window`) is refused when it is read (config/families.py).
 """
 
-from amptrain.models.families.base import LLAMA_PROJECTIONS, CausalFamily, llama_cached, llama_layer
+from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
 
 FAMILY = CausalFamily(
     model_type="qwen2",
     backbone="QwenBackbone",
     converter="convert_qwen",
     run_layer=llama_layer,
-    run_cached=llama_cached,
-    projections=LLAMA_PROJECTIONS,
+    run_cached=decoder_cached,
+    projections=DECODER_PROJECTIONS,
 )

@@ -64,6 +64,10 @@ class _Pieces(tf.Module):
         ids = tf.cast(self._tokenize(nul_as_space(texts)), tf.int32)
         return ids.with_flat_values(swapped(ids.flat_values, self.pad_id))
 
+    def graph_form(self):
+        """What tokenizes in an export's graph: this tokenizer itself (TensorFlow ops already)."""
+        return self
+
     def graph_tokenize_words(self, words):
         return self.graph_tokenize(tf.strings.join([self.word_prefix, words]) if self.word_prefix else words)
 

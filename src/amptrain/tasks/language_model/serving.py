@@ -34,8 +34,7 @@ class GeneratorModule(ServingModule):
 
             merge_lora(model)
         super().__init__(model)
-        graph_form = getattr(task.tokenizer, "graph_form", None)  # a pretrained model's tokenizer.json
-        self._tokenizer = graph_form() if graph_form else task.tokenizer
+        self._tokenizer = task.tokenizer.graph_form()  # a pretrained model's: its tokenizer.json in TF ops
         self._eod_id = task.eod_id
         self._before = task.framing[0]  # the pieces a prompt starts with
         self._empty_start = task.empty_prompt_id

@@ -22,7 +22,6 @@ its end piece; a new document starts after an end piece. `train.lora_rank` train
 adapters only (models/lora.py).
 """
 
-import functools
 import json
 import logging
 import math
@@ -57,14 +56,6 @@ class LanguageModelTask(Task):
         self.tokenizer = None
 
     # === Data ===
-
-    @functools.cached_property
-    def checkpoint(self):
-        """The pretrained language model's checkpoint (`model.pretrained`), or None."""
-        from amptrain.config.pretrained import read_checkpoint
-
-        path = self.config.model.pretrained
-        return read_checkpoint(path) if path else None
 
     def learned_files(self):
         if self.checkpoint is not None:
