@@ -22,13 +22,25 @@ every function without bringing its clusters back (tried: a trainer built under 
 without XLA after one switch off and on), which the probe, timing candidates in turns,
 cannot have.
 
-    with xla_modes.scope(mode):     # around the ops of a step's forward and backward pass
+Kernels (`runtime.fused_kernels`, on by default): an elementwise chain of amptrain's layers
+that XLA runs faster than TensorFlow's executor is a `kernel` function (the exact GELU's
+forward and backward: models/lean.py). Built inside a training step's `scope` with kernels
+on, each is a small XLA computation of its own, also under `jit_compile = false`: one fused
+loop instead of an executor kernel per op (the GELU's forward and backward at 32 x 128 x
+1,024: 15.9 ms op by op in bfloat16, 6.1 as kernels; docs/benchmarks.md). Elsewhere
+(evaluation, export, the audit's trace, check-numerics, a step compiled whole) they are the
+same ops, op by op. Layer norm, softmax and dropout were slower as kernels: XLA:CPU's
+reductions and its slicing of the random words lost to oneDNN's and Eigen's kernels.
+
+    with xla_modes.scope(mode, kernels=True):   # around a step's forward and backward pass
         ...
     xla_modes.whole(mode)           # the `jit_compile` argument of the step's tf.functions
     xla_modes.uses_xla(mode)        # True for true and "fusible" (check-numerics turns both off)
 """
 
 import contextlib
+import functools
+import threading
 
 MODES = (True, False, "fusible")
 # What stays out of XLA under "fusible": the ops oneDNN (on a GPU, cuBLAS) runs as matrix
@@ -56,15 +68,50 @@ def _compiled(node_def):
     return node_def.op not in MATRIX_PRODUCTS and not node_def.op.startswith(RANDOM_PREFIXES)
 
 
-def scope(mode):
+@contextlib.contextmanager
+def scope(mode, kernels=False):
     """A context in which the ops built are compiled by XLA under "fusible" (but the
-    matrix products); no effect under the other modes."""
-    if mode != "fusible":
-        return contextlib.nullcontext()
-    import tensorflow as tf
+    matrix products), and in which `kernel` functions are XLA computations of their own
+    when `kernels` is true and the step is not compiled whole."""
+    previous = getattr(_kernels, "on", False)
+    _kernels.on = bool(kernels) and not whole(mode)
+    try:
+        if mode != "fusible":
+            yield
+            return
+        import tensorflow as tf
 
-    # One scope for the forward ops and their gradients, so XLA may fuse across them.
-    return tf.xla.experimental.jit_scope(compile_ops=_compiled, separate_compiled_gradients=False)
+        # One scope for the forward ops and their gradients, so XLA may fuse across them.
+        with tf.xla.experimental.jit_scope(compile_ops=_compiled, separate_compiled_gradients=False):
+            yield
+    finally:
+        _kernels.on = previous
+
+
+# Per thread: a mirrored strategy traces each replica's step in a thread of its own, inside
+# the replica's own `scope`.
+_kernels = threading.local()
+
+
+def kernel(function):
+    """`function` (tensors and Python constants in, tensors out: a chain of elementwise ops
+    and reductions) as one XLA computation when it is called while a step is built inside
+    `scope(mode, kernels=True)`, op by op anywhere else (an exported model, the audit's
+    trace, check-numerics, a step compiled whole). One fused loop reads and writes each
+    tensor once, where TensorFlow's executor runs every op as a kernel of its own."""
+    compiled = []
+
+    @functools.wraps(function)
+    def call(*args):
+        if not getattr(_kernels, "on", False):
+            return function(*args)
+        if not compiled:
+            import tensorflow as tf
+
+            compiled.append(tf.function(function, jit_compile=True, autograph=False))
+        return compiled[0](*args)
+
+    return call
 
 
 def describe(mode):

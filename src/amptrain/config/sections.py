@@ -93,6 +93,9 @@ class RuntimeConfig:
     # elementwise ops between the matrix products (xla_modes.py); "auto": measured
     # with the precision at the start of the run (precision/probe.py)
     jit_compile: bool | str = "auto"
+    # the exact GELU's forward and backward run as small XLA computations in a training
+    # step that is not compiled whole (xla_modes.py)
+    fused_kernels: bool = True
     steps_per_execution: int = 1
     seed: int = 0
     deterministic: bool = False

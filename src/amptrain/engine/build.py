@@ -76,6 +76,7 @@ def build_training(
             loss_fn,
             loss_scale=scaler,
             jit_compile=config.runtime.jit_compile,
+            fused_kernels=config.runtime.fused_kernels,
             clip_norm=0.0 if yours else t.clip_norm,
             max_consecutive_skips=config.precision.max_consecutive_skips,
             stop_on_nonfinite_loss=t.on_nonfinite != "skip",

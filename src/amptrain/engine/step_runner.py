@@ -73,6 +73,7 @@ class StepRunner:
         *,
         loss_scale=None,
         jit_compile=False,
+        fused_kernels=False,
         clip_norm=0.0,
         max_consecutive_skips=0,
         stop_on_nonfinite_loss=True,
@@ -101,10 +102,9 @@ class StepRunner:
         self.step = counter("step")  # batches consumed, skipped or not
         self.skipped_steps = counter("skipped_steps")
         self.consecutive_skips = counter("consecutive_skips")
-        # Public for benchmarks/step_profile.py, which times the parts of a step.
-        # "fusible": not compiled whole; its ops but the matrix products are built in an
-        # XLA scope (xla_modes.py).
-        self.jit_mode = jit_compile
+        # Public for benchmarks/step_profile.py. "fusible": its ops but the matrix products
+        # are built in an XLA scope; `fused_kernels`: the layers' kernels (xla_modes.py).
+        self.jit_mode, self.fused_kernels = jit_compile, fused_kernels
         whole = xla_modes.whole(jit_compile)
         # No AutoGraph in the trainer (docs/architecture.md, "No AutoGraph in the trainer"):
         # converting the step from its source cost ~1.7 s of a 7 s tiny fit in every process.
@@ -135,7 +135,7 @@ class StepRunner:
         return self.loss_scale.scale.read_value() if self.loss_scale is not None else tf.constant(1.0)
 
     def _forward_backward_impl(self, features, targets, scale):
-        with xla_modes.scope(self.jit_mode):
+        with xla_modes.scope(self.jit_mode, self.fused_kernels):
             with tf.GradientTape() as tape:
                 outputs = self.model(features, training=True)
                 loss_sum, count = self.loss_fn(targets, outputs)
@@ -186,6 +186,7 @@ class StepRunner:
         return loss, variable_finite, norm, sizes, gradients
 
     def _predict_impl(self, features):
+        # No kernels: an evaluation's numbers are those of `predict` and the exported model.
         with xla_modes.scope(self.jit_mode):
             return self.model(features, training=False)
 

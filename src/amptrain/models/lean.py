@@ -17,10 +17,19 @@ and under a mixed policy they keep it in float32, so half precision did not halv
 
 Each gradient equals autodiff's to rounding (tests/models/test_lean.py): the GELU's in its input's
 dtype, as autodiff's; the norm's and the softmax's in float32.
+
+The GELU's forward and backward bodies are `xla_modes.kernel`s: in a training step (with
+`runtime.fused_kernels`, the default) one XLA computation each, a single loop over the
+tensor where TensorFlow ran a kernel per op (the backward alone was ten, and Eigen's
+bfloat16 erfc runs an element at a time); elsewhere the same ops. XLA rounds a bfloat16
+chain once at its end, TensorFlow after every op (tests/models/test_kernels.py). The norm's,
+the softmax's and dropout's chains were slower as XLA computations (docs/benchmarks.md).
 """
 
 import keras
 import tensorflow as tf
+
+from amptrain.xla_modes import kernel
 
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
@@ -34,6 +43,20 @@ def after(gradient):
     return tf.control_dependencies([gradient])
 
 
+@kernel
+def _gelu(x):
+    return 0.5 * x * tf.math.erfc(-x * tf.cast(_SQRT_HALF, x.dtype))
+
+
+@kernel
+def _gelu_gradient(x, dy):
+    # In x's dtype, as autodiff computed it: float32 temporaries of the feed-forward
+    # width were the largest part of the backward pass's peak under a mixed policy.
+    half, scale = tf.cast(0.5, x.dtype), tf.cast(_INV_SQRT_2PI, x.dtype)
+    cdf = half * tf.math.erfc(-x * tf.cast(_SQRT_HALF, x.dtype))
+    return dy * (cdf + x * (tf.exp(-half * x * x) * scale))
+
+
 @keras.saving.register_keras_serializable(package="amptrain")
 def gelu(x):
     """The exact GELU, x * Φ(x), as `keras.activations.gelu(approximate=False)` computes it,
@@ -41,17 +64,11 @@ def gelu(x):
 
     @tf.custom_gradient
     def forward(x):
-        y = 0.5 * x * tf.math.erfc(-x * tf.cast(_SQRT_HALF, x.dtype))
-
         def backward(dy):
-            # In x's dtype, as autodiff computed it: float32 temporaries of the feed-forward
-            # width were the largest part of the backward pass's peak under a mixed policy.
             with after(dy):
-                half, scale = tf.cast(0.5, x.dtype), tf.cast(_INV_SQRT_2PI, x.dtype)
-                cdf = half * tf.math.erfc(-x * tf.cast(_SQRT_HALF, x.dtype))
-                return dy * (cdf + x * (tf.exp(-half * x * x) * scale))
+                return _gelu_gradient(x, dy)
 
-        return y, backward
+        return _gelu(x), backward
 
     return forward(x)
 

@@ -48,7 +48,8 @@ GRADIENT_SCOPE = "gradient_tape"
 
 
 def enable(config, xla_asked=None):
-    """Turns check-numerics on (this thread) and returns `config` with XLA off. `xla_asked`:
+    """Turns check-numerics on (this thread) and returns `config` with XLA off (the step's and
+    the layers' kernels: `runtime.fused_kernels`). `xla_asked`:
     whether the user's config named XLA (default: `config`'s own `jit_compile`, true or "fusible"; a
     run passes its config as given, since the probe has already turned XLA off)."""
     tf.debugging.enable_check_numerics()
@@ -63,7 +64,8 @@ def enable(config, xla_asked=None):
             "under mixed_float16 the dynamic loss scale's first overflow will stop the run too; "
             "a fixed precision.loss_scale low enough not to overflow (e.g. 128) lets the run go on to other values"
         )
-    return dataclasses.replace(config, runtime=dataclasses.replace(config.runtime, jit_compile=False))
+    runtime = dataclasses.replace(config.runtime, jit_compile=False, fused_kernels=False)
+    return dataclasses.replace(config, runtime=runtime)
 
 
 def disable():
