@@ -1,8 +1,9 @@
 """The exact GELU's forward and backward pass at the bf16 issue's feed-forward shape (32 x 128
 rows of 1,024), in one process, the variants taken in turn (medians of 9 rounds of 5 calls):
-amptrain's `models.lean.gelu` (erfc in the input's dtype), the same with erfc taken in float32
-(a trial not kept: docs/benchmarks.md), TensorFlow's exact and tanh GELUs; and each one's
-largest error against float64.
+amptrain's `models.lean.gelu` op by op (erfc in the input's dtype) and as a training step
+builds it (`runtime.fused_kernels`: its forward and backward as two XLA computations), the
+op-by-op one with erfc taken in float32 (a trial not kept: docs/benchmarks.md), TensorFlow's
+exact and tanh GELUs; and each one's largest error against float64.
 
     .venv/bin/python benchmarks/gelu_bf16.py [--dtype bfloat16] [--rows 4096] [--width 1024]
 """
@@ -52,11 +53,12 @@ def main():
     dy = tf.cast(tf.random.stateless_normal([args.rows, args.width], [3, 4]), args.dtype)
     variants = {
         "amptrain gelu": gelu,
+        "as kernels": gelu,
         "erfc in float32": erfc_in_float32,
         "tf.nn exact": lambda v: tf.nn.gelu(v, approximate=False),
         "tf.nn tanh": lambda v: tf.nn.gelu(v, approximate=True),
     }
-    calls = {name: step(f) for name, f in variants.items()}
+    calls = {name: step(f, kernels=name == "as kernels") for name, f in variants.items()}
     for call in calls.values():
         call(x, dy)
     times = {name: [] for name in calls}
@@ -74,15 +76,18 @@ def main():
         print(f"{name:14s} {sorted(times[name])[4] * 1e3:7.2f}   max |y - float64 exact| {error:.2e}")
 
 
-def step(function):
+def step(function, kernels=False):
     import tensorflow as tf
+
+    from amptrain import xla_modes
 
     @tf.function
     def call(x, dy):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = function(x)
-        return y, tape.gradient(y, x, output_gradients=dy)
+        with xla_modes.scope(False, kernels):  # as the step runner builds a training step
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = function(x)
+            return y, tape.gradient(y, x, output_gradients=dy)
 
     return call
 
