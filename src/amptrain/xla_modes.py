@@ -26,11 +26,11 @@ Kernels (`runtime.fused_kernels`, on by default): an elementwise chain of amptra
 that XLA runs faster than TensorFlow's executor is a `kernel` function (the exact GELU's
 forward and backward: models/lean.py). Built inside a training step's `scope` with kernels
 on, each is a small XLA computation of its own, also under `jit_compile = false`: one fused
-loop instead of an executor kernel per op (the GELU's forward and backward at 32 x 128 x
-1,024: 15.9 ms op by op in bfloat16, 6.1 as kernels; docs/benchmarks.md). Elsewhere
+loop instead of an executor kernel per op (the GELU's forward and backward at 4,096 x
+1,024: 24.7 ms op by op in bfloat16, 10.7 as kernels; benchmarks/gelu_bf16.py). Elsewhere
 (evaluation, export, the audit's trace, check-numerics, a step compiled whole) they are the
-same ops, op by op. Layer norm, softmax and dropout were slower as kernels: XLA:CPU's
-reductions and its slicing of the random words lost to oneDNN's and Eigen's kernels.
+same ops, op by op. Layer norm, softmax and dropout were slower or no faster as kernels
+(benchmarks/kernel_trials.py).
 
     with xla_modes.scope(mode, kernels=True):   # around a step's forward and backward pass
         ...
