@@ -77,8 +77,9 @@ def bench(args):
     print(report.format_table(results["rows"]))
     for precision, found in results.get("max_batch", {}).items():
         print(f"largest batch that fits, {precision}: {found['largest']}")
-    if report.variables_line(results["rows"]):
-        print(report.variables_line(results["rows"]))
+    variables = report.variables_line(results["rows"])
+    if variables:
+        print(variables)
     print(f"peak: {results['peak_flops'] / 1e9:,.1f} GFLOP/s ({results['peak_source']})")
     if results.get("auto_choice"):
         print(results["auto_choice"])
