@@ -399,3 +399,18 @@ def test_a_slower_candidate_that_wins_a_short_run_on_its_compile_is_kept(tmp_pat
     decision, built = fake_probe(speeds, ready, steps=10)
     assert decision.candidate == F32
     assert not built[F32].released and all(built[c].released for c in ALL if c != F32)
+
+
+def test_a_candidate_that_can_still_win_a_tie_is_kept_for_the_run(tmp_path, monkeypatch):
+    """A run of 20 steps is mostly compilation: bf16's run is 4.0 s + 0.2, float32's 4.16 +
+    0.1, within 3% of it, so float32 (the earlier) wins the tie. At twice its speed float32's
+    run (4.21 s) is still longer than bf16's, which once released it as unable to win, and
+    the run then built the chosen float32 again."""
+    monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
+    speeds = {BF16: 100_000.0, F32: 200_000.0, F32X: 1000.0, BF16X: 1000.0, BF16F: 1000.0}
+    ready = {BF16: 5.0, F32: 5.2, F32X: 10.0, BF16X: 10.0, BF16F: 10.0}
+    decision, built = fake_probe(speeds, ready, steps=20)
+    assert decision.candidate == F32 and "the simpler wins a tie" in decision.reason
+    assert not built[F32].released
+    assert all(built[c].released for c in (F32X, BF16X, BF16F))

@@ -140,6 +140,12 @@ def speed(rounds):
     return max(rounds)
 
 
+# Medians within this fraction of the fastest are a tie, won by the earlier candidate in
+# `candidates`' order: float32 before bf16 before fp16, XLA off before on. Mixed precision
+# and XLA must pay by more than the noise of a shared machine to be chosen (`probe.choose`).
+TIE = 0.03
+
+
 def run_estimate(candidate, tokens_per_second, compile_seconds, shapes, tokens):
     """Seconds of a run of `tokens` under `candidate`: one compilation a batch shape under
     XLA (one trace without) and its steps at `tokens_per_second`."""
@@ -261,7 +267,8 @@ def measure(plan, prepare, clock=time.perf_counter, progress=lambda line: None):
 
 def _drop_slow(trials, results, compiles, plan, tokens_per_step, progress):
     """Releases the candidates that cannot win: the run estimated under one, even at twice
-    its first round's speed, is longer than under the best so far. The choice is by estimated
+    its first round's speed, is longer than under the best so far by more than a tie (`TIE`:
+    one within it may still be chosen, as the earlier candidate). The choice is by estimated
     run (`Measurement.run_seconds`), not by speed: on a short run a candidate at half the
     fastest's speed can still win on its cheaper compilation, and the run trains the winner's
     trial (were it kept by speed, a float32 at 32,529 tokens/s against float32+XLA's 77,410
@@ -275,6 +282,6 @@ def _drop_slow(trials, results, compiles, plan, tokens_per_step, progress):
         return run_estimate(candidate, tokens_per_second, compiles[candidate], plan.shapes, tokens)
 
     best = min(run_seconds(c, results[c][0]) for c in trials)
-    for candidate in [c for c in trials if run_seconds(c, 2 * results[c][0]) > best]:
+    for candidate in [c for c in trials if run_seconds(c, 2 * results[c][0]) > best * (1 + TIE)]:
         progress(f"precision probe: {candidate.label()} cannot win even at twice its speed, not timed again")
         trials.pop(candidate).release()

@@ -34,12 +34,8 @@ from amptrain.precision.candidates import (  # noqa: F401 (the probe's vocabular
     measuring_order,
     rule,
 )
-from amptrain.precision.measurement import Measurement, Plan, speed
+from amptrain.precision.measurement import TIE, Measurement, Plan, speed
 
-# Medians within this fraction of the fastest are a tie, won by the earlier candidate in
-# `candidates`' order: float32 before bf16 before fp16, XLA off before on. Mixed precision
-# and XLA must pay by more than the noise of a shared machine to be chosen.
-TIE = 0.03
 RECORD_FILE = "precision.json"
 
 
