@@ -250,3 +250,12 @@ def tiny_pretrained(tiny):
     """The tiny spam config (`tiny`) on the tiny pretrained BERT: `pretrained.toml`."""
     (tiny / "pretrained.toml").write_text(pretrained_config((tiny / "tiny.toml").read_text()))
     return tiny / "pretrained.toml"
+
+
+def assert_only_amptrains(run_dir):
+    """Every entry at the top of `run_dir` has a name amptrain owns (`run_folder.ownership`):
+    the only names an --overwrite or a failed start's retry may delete."""
+    from amptrain.engine.run_folder.ownership import is_own_name
+
+    strangers = [name for name in os.listdir(run_dir) if not is_own_name(name)]
+    assert not strangers, f"{run_dir} holds names run_folder.ownership does not know: {strangers}"

@@ -16,8 +16,8 @@ import tempfile
 
 from amptrain import config as config_lib
 from amptrain.engine import sanity
-from amptrain.engine.run_folder import disk_full, learned_files
-from amptrain.engine.run_folder.lock import RunLock, hold, keep_lock
+from amptrain.engine.run_folder import disk_full, learned_files, ownership
+from amptrain.engine.run_folder.lock import RunLock, hold
 from amptrain.errors import ConfigError, NumericsError, UserError
 
 RUNS_DIR = "runs"
@@ -216,35 +216,34 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
 def _claim_run_dir(config, run_dir, overwrite):
     """Refuses to resume a run folder whose config differs in more than run length. A
     folder whose run never trained a step (it stopped on a data error, say) does not block
-    its own retry: it is started afresh."""
+    its own retry: it is started afresh. Only what amptrain wrote is ever deleted
+    (`run_folder.ownership`); a folder holding files of a run's names that amptrain did not
+    write is refused before anything is written."""
     saved_path = os.path.join(run_dir, "config.toml")
-    if overwrite and os.path.exists(run_dir):
-        _empty(run_dir)
+    try:
+        ownership.claim(run_dir)
+    except OSError as error:
+        raise UserError(
+            f"{run_dir}: cannot write the run folder ({error.strerror}); pass --run-dir a folder you can write"
+        ) from None
+    if overwrite:
+        ownership.empty(run_dir)
     elif os.path.exists(saved_path):
         saved = config_lib.load_config(saved_path, base_dir=run_dir, carried_by=run_dir)
         differing = config_lib.differing_keys(saved, config)
         if differing and _never_trained(run_dir):
-            _empty(run_dir)  # only what the failed start wrote: config, learned files, log
+            ownership.empty(run_dir)  # only what the failed start wrote: config, learned files, log
         elif differing:
             raise ConfigError(
                 f"{run_dir} holds a run with a different config ({', '.join(differing)}); "
                 "pass --overwrite to start afresh, or --run-dir for a new folder"
             )
     try:
-        os.makedirs(run_dir, exist_ok=True)
         config_lib.save_config(config, saved_path)
     except OSError as error:
         raise UserError(
             f"{run_dir}: cannot write the run folder ({error.strerror}); pass --run-dir a folder you can write"
         ) from None
-
-
-def _empty(run_dir):
-    """Deletes what `run_dir` holds except the lock this process holds on it."""
-    for name in os.listdir(run_dir):
-        path = os.path.join(run_dir, name)
-        if not keep_lock(name):
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
 
 def _never_trained(run_dir):

@@ -11,7 +11,7 @@ import shutil
 import threading
 
 import pytest
-from conftest import write_tiny
+from conftest import assert_only_amptrains, write_tiny
 
 import amptrain
 from amptrain.cli import main
@@ -137,6 +137,7 @@ def test_a_moved_run_folder_predicts_and_exports_without_its_data(trained, tmp_p
     (record,) = amptrain.predict(str(run_dir), ["WIN a FREE cruise, click now"])  # main: data.train: expected ...
     assert record["label"] in ("ham", "spam")
     assert amptrain.export(str(run_dir))["path"].endswith("export/1")
+    assert_only_amptrains(run_dir)
     with pytest.raises(UserError, match="data.test: expected an existing file.*pass --data PATH"):
         amptrain.evaluate(str(run_dir))
 

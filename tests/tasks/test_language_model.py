@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import assert_only_amptrains
 
 import amptrain
 from amptrain.engine.run_log import read_metrics
@@ -201,3 +202,4 @@ def test_a_tiny_fit_scores_every_piece_continues_prompts_and_packs_without_paddi
     (record,) = amptrain.predict(str(run), ["And God said"])
     assert record["text"] == "And God said" and isinstance(record["generated"], str)
     assert json.loads((run / "vocab.json").read_text(encoding="utf-8"))["<|endoftext|>"] == 1
+    assert_only_amptrains(run)

@@ -4,6 +4,7 @@ import json
 
 import forked_cli  # tests/: `amptrain` forked after the import
 import pytest
+from conftest import assert_only_amptrains
 
 import amptrain
 from amptrain.engine.run_log import read_metrics
@@ -38,6 +39,7 @@ def read_predictions(path):
 def test_the_final_test_record_agrees_with_the_predictions_file(run, tiny_ner):
     records = read_metrics(run / "metrics.jsonl")
     assert records[0]["policy"] == "mixed_bfloat16" and records[0]["ema_decay"] == 0.9
+    assert_only_amptrains(run)
     assert [r["step"] for r in records if r["kind"] == "train"] == [4, 8, 12]
     assert all(r["tokens_per_second"] > 0 for r in records if r["kind"] == "train")
     test = [r for r in records if r["kind"] == "eval" and r["split"] == "test"][-1]

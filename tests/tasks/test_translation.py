@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import tensorflow as tf
+from conftest import assert_only_amptrains
 
 import amptrain
 from amptrain.data.batching import BatchPlan, rows_for_tokens
@@ -104,6 +105,7 @@ def run(tiny_translation):
 def test_the_final_test_record_agrees_with_the_predictions_file(run, tiny_translation):
     records = read_metrics(run / "metrics.jsonl")
     assert records[0]["policy"] == "mixed_bfloat16" and records[0]["jit_compile"] is True
+    assert_only_amptrains(run)
     assert [r["step"] for r in records if r["kind"] == "train"] == [4, 8]
     dev = [r for r in records if r["kind"] == "eval" and r["split"] == "dev"]
     assert [r["step"] for r in dev] == [4, 8] and all(r["sentences"] == 8 and r["beam_size"] == 1 for r in dev)

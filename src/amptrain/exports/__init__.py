@@ -104,6 +104,14 @@ def _claim(target, overwrite):
     new export is complete)."""
     if os.path.exists(target) and not overwrite:
         raise UserError(f"{target}: this export version exists; pass --overwrite to replace it, or --version N")
+    from amptrain.serving.served import METADATA_FILE
+
+    if os.path.exists(target) and not os.path.isfile(os.path.join(target, METADATA_FILE)):
+        # --overwrite replaces an export amptrain wrote, never a folder of the user's.
+        raise UserError(
+            f"{target}: exists and is not an amptrain export (no {METADATA_FILE}); it is left as it is: "
+            "pass --out or --version for a new folder"
+        )
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
     except OSError as error:

@@ -84,8 +84,3 @@ def hold(run_dir, command):
         yield lock
     finally:
         lock.release()
-
-
-def keep_lock(name):
-    """For emptying a run folder (--overwrite) without dropping the lock held on it."""
-    return name == LOCK_FILE

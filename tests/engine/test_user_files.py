@@ -1,0 +1,111 @@
+"""A run folder is the only thing `fit` deletes: a folder holding the user's config, corpus
+and an unrelated file survives a failed fit, a rerun with another config and --overwrite."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+import amptrain
+from amptrain.engine.run_folder import ownership
+from amptrain.engine.run_folder.lock import LOCK_FILE
+from amptrain.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KJV = os.path.join(ROOT, "data", "lm-kjv")
+
+CONFIG = """
+task = "language_model"
+[data]
+train = "{train}"
+vocabulary_size = 300
+max_length = 16
+[model]
+num_layers = 1
+hidden_dim = 16
+num_heads = 2
+intermediate_dim = 32
+dropout = 0.0
+[precision]
+policy = "float32"
+[runtime]
+jit_compile = false
+[train]
+steps = 2
+batch_size = 4
+log_every = 1
+eval_every = 2
+checkpoint_every = 2
+"""
+
+
+def users_folder(tmp_path):
+    """The user's folder: their config (lm.toml), corpus and notes; returns (folder, contents)."""
+    with open(os.path.join(KJV, "train.txt"), encoding="utf-8") as f:
+        (tmp_path / "corpus.txt").write_text(f.read(6_000), encoding="utf-8")
+    (tmp_path / "lm.toml").write_text(CONFIG.replace("{train}", str(tmp_path / "corpus.txt")))
+    (tmp_path / "notes.md").write_text("mine\n")
+    return tmp_path, {name: (tmp_path / name).read_bytes() for name in ("corpus.txt", "lm.toml", "notes.md")}
+
+
+def intact(folder, contents):
+    return all((folder / name).read_bytes() == data for name, data in contents.items())
+
+
+@pytest.mark.slow
+def test_a_failed_fit_a_rerun_with_another_config_and_overwrite_leave_the_users_files(tmp_path):
+    folder, contents = users_folder(tmp_path)
+    with pytest.raises(UserError):  # fails before training: no such data file
+        amptrain.fit(str(folder / "lm.toml"), ["data.dev=missing.txt"], run_dir=str(folder))
+    assert intact(folder, contents)
+    amptrain.fit(str(folder / "lm.toml"), ["train.steps=1"], run_dir=str(folder))  # another config: started afresh
+    assert intact(folder, contents) and (folder / "checkpoints").is_dir()
+    amptrain.fit(str(folder / "lm.toml"), run_dir=str(folder), overwrite=True)
+    assert intact(folder, contents)
+    assert json.loads((folder / ownership.MARKER).read_text()) == {"made_by": "amptrain"}
+    ownership.empty(str(folder))
+    assert sorted(os.listdir(folder)) == sorted([*contents, ownership.MARKER, LOCK_FILE])
+
+
+def test_overwrite_on_a_folder_that_is_not_a_run_deletes_nothing(tmp_path):
+    folder, contents = users_folder(tmp_path)
+    (folder / "config.toml").write_text("# the user's own\n")
+    (folder / "checkpoints").mkdir()
+    with pytest.raises(UserError, match=r"not a run folder amptrain made, and it holds checkpoints, config.toml"):
+        amptrain.fit(str(folder / "lm.toml"), run_dir=str(folder), overwrite=True)
+    assert intact(folder, contents) and (folder / "config.toml").read_text() == "# the user's own\n"
+    assert (folder / "checkpoints").is_dir() and not (folder / ownership.MARKER).exists()
+
+
+def test_only_amptrains_names_are_emptied_even_those_added_after_the_claim(tmp_path):
+    (tmp_path / "data.csv").write_text("y")
+    ownership.claim(str(tmp_path))
+    (tmp_path / "train.log").write_text("ours")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "later.txt").write_text("the user's, added during the run")
+    assert ownership.owned(str(tmp_path)) == ["checkpoints", "train.log"]
+    ownership.empty(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == sorted([ownership.MARKER, "data.csv", "later.txt"])
+
+
+def test_a_run_folder_from_before_the_mark_is_recognised_and_a_damaged_mark_refused(tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(os.path.join(ROOT, "tests", "old_runs", "classification"), old)
+    (old / "notes.md").write_text("mine")
+    ownership.empty(str(old))
+    assert sorted(os.listdir(old)) == [ownership.MARKER, "notes.md"]
+    (old / ownership.MARKER).write_text("[1, 2")
+    with pytest.raises(UserError, match=r"\.amptrain-run\.json: damaged"):
+        ownership.empty(str(old))
+
+
+def test_export_overwrite_never_replaces_a_folder_that_is_not_an_export(tmp_path):
+    from amptrain.exports import _claim
+
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "keep.txt").write_text("x")
+    with pytest.raises(UserError, match="is not an amptrain export"):
+        _claim(str(target), overwrite=True)
+    assert (target / "keep.txt").exists()
