@@ -229,8 +229,13 @@ def _claim_run_dir(config, run_dir, overwrite):
     if overwrite:
         ownership.empty(run_dir)
     elif os.path.exists(saved_path):
-        saved = config_lib.load_config(saved_path, base_dir=run_dir, carried_by=run_dir)
-        differing = config_lib.differing_keys(saved, config)
+        try:
+            saved = config_lib.load_config(saved_path, base_dir=run_dir, carried_by=run_dir)
+            differing = config_lib.differing_keys(saved, config)
+        except ConfigError as error:
+            if not _never_trained(run_dir):
+                raise ConfigError(f"{saved_path}: the run's saved config no longer loads: {error}") from None
+            differing = [f"the saved config ({error})"]  # a start that failed on it: started afresh
         if differing and _never_trained(run_dir):
             ownership.empty(run_dir)  # only what the failed start wrote: config, learned files, log
         elif differing:

@@ -32,3 +32,20 @@ def cache_dir():
         return os.environ["AMPTRAIN_CACHE_DIR"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "amptrain")
+
+
+def sha256(path):
+    """The SHA-256 of the file at `path`, read a MiB at a time."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(paths):
+    """What a cached file was made from: each source's absolute path, size and SHA-256, in
+    order. A cache is reused only while this is unchanged, never because it is newer."""
+    return [{"path": os.path.abspath(p), "bytes": os.path.getsize(p), "sha256": sha256(p)} for p in paths]

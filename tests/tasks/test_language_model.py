@@ -155,6 +155,17 @@ def test_sampling_under_a_seed_repeats_and_the_filters_hold():
     assert (one.numpy() == greedy).all()
 
 
+def test_a_sampled_continuation_depends_on_its_prompt_and_seed_only_not_on_the_batch():
+    model, eod = tiny_model(seed=5), 1
+    settings = Settings(max_new_tokens=10, temperature=1.0, seed=3)
+    alone = generate(model, np.array([[eod, 7, 8]], np.int32), np.array([3], np.int32), eod, settings).numpy()
+    batch = np.array([[eod, 30, -1], [eod, 7, 8], [eod, 7, 8]], np.int32)  # second and third: the same prompt
+    together = generate(model, batch, np.array([2, 3, 3], np.int32), eod, settings).numpy()
+    assert together[1].tolist() == together[2].tolist() == alone[0].tolist()
+    reseeded = generate(model, batch[1:2], np.array([3], np.int32), eod, Settings(10, 1.0, seed=4)).numpy()
+    assert reseeded[0].tolist() != alone[0].tolist()
+
+
 def test_bits_per_byte_are_nats_over_bytes_and_every_piece_is_scored_once():
     # states · tableᵀ = log([0.5, 0.25, 0.25]) and log([0.25, 0.5, 0.25]); the third row unscored
     states = tf.constant(np.log([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.2, 0.3, 0.5]]), tf.float32)

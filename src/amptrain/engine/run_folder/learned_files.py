@@ -10,21 +10,13 @@ shuffled or a label list reordered keeps every shape and scores nonsense without
 reader compares before it builds a model.
 """
 
-import hashlib
 import json
 import os
 
 from amptrain.errors import CheckpointError, UserError
+from amptrain.files import sha256
 
 RECORD_FILE = "learned.json"
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def names(task):

@@ -53,6 +53,7 @@ OWN = frozenset(
         "lowercase-words.json",
         "vocab.json",
         "merges.txt",
+        "vocabulary-made-from.json",
     }
 )
 # Token files and their records, predictions, and atomic writes' temporaries.

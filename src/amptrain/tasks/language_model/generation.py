@@ -9,7 +9,9 @@ Each prompt starts with the end-of-document piece (a document's start in trainin
 feeds the piece at position t (the prompt's while t is inside it, else the one generated)
 and, from the prompt's last position on, picks the next: a row stops at the end-of-document
 piece or after `max_new_tokens`, and the loop when every row has, or at the model's length.
-The same seed gives the same text: sampling is `stateless_categorical` keyed by (seed, t).
+The same seed gives the same text, whatever else is in the batch: each row samples from a
+stream of its own, `stateless_categorical` keyed by (a hash of the seed and the row's
+prompt ids, t), so a prompt continues alike alone, beside others, or served under load.
 Positions past a row's prompt and continuation hold -1 (a pretrained model's id 0 is a
 piece like any other); the model is fed 0 there, and nothing it computes from it is kept.
 `greedy_by_recomputing` runs the whole prefix again each step, the slow reference the
@@ -65,13 +67,14 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     out = tf.where(tf.range(length)[None] < prompt_lengths[:, None], out, -1)
     limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
     caches = model.empty_caches(batch, length)
+    keys = prompt_keys(out, prompt_lengths, seed)
 
     def running(t, out, done, caches):
         return tf.logical_and(t < length - 1, tf.logical_not(tf.reduce_all(done)))
 
     def step(t, out, done, caches):
         logits, caches = model.step(tf.maximum(out[:, t], 0), t, caches)
-        chosen = pick(logits, temperature, top_k, top_p, tf.stack([seed, t]))
+        chosen = pick(logits, temperature, top_k, top_p, keys, t)
         writes = tf.logical_and(t + 1 >= prompt_lengths, tf.logical_not(done))  # past the prompt, still going
         writes = tf.logical_and(writes, t + 1 < limit)
         column = tf.cast(tf.range(length) == t + 1, tf.int32)[None]
@@ -86,10 +89,19 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     return out
 
 
-def pick(logits, temperature, top_k, top_p, seed):
+def prompt_keys(prompt_ids, prompt_lengths, seed):
+    """(batch,) int32: each row's sampling key, a 64-bit fingerprint (the same in every process)
+    of the seed and the row's prompt ids, padding left out."""
+    valid = tf.range(tf.shape(prompt_ids)[1])[None] < prompt_lengths[:, None]
+    words = tf.where(valid, tf.strings.as_string(prompt_ids) + ",", "")
+    keyed = tf.strings.join([tf.strings.as_string(seed), ":", tf.strings.reduce_join(words, axis=1)])
+    return tf.cast(tf.strings.to_hash_bucket_fast(keyed, 2**31 - 1), tf.int32)
+
+
+def pick(logits, temperature, top_k, top_p, keys, t):
     """The next piece of each row: the argmax when `temperature` is 0, else a sample of
     softmax(logits / temperature) kept to the `top_k` most likely (0: all) and to the most
-    likely whose probabilities sum to `top_p`."""
+    likely whose probabilities sum to `top_p`, drawn from the row's own stream (`keys`, at step `t`)."""
     greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
     scaled = logits / tf.maximum(temperature, 1e-6)
     vocabulary = tf.shape(logits)[-1]
@@ -102,7 +114,12 @@ def pick(logits, temperature, top_k, top_p, seed):
     floor = tf.reduce_min(kept, axis=-1, keepdims=True)  # the least likely logit top_p keeps
     cut = tf.maximum(kth, floor)
     masked = tf.where(scaled >= cut, scaled, tf.fill(tf.shape(scaled), np.float32(-np.inf)))
-    sampled = tf.cast(tf.random.stateless_categorical(masked, 1, seed)[:, 0], tf.int32)
+    seeds = tf.stack([keys, tf.fill(tf.shape(keys), t)], axis=1)  # (batch, 2): a stream a row
+
+    def draw(row):
+        return tf.cast(tf.random.stateless_categorical(row[0][None], 1, row[1])[0, 0], tf.int32)
+
+    sampled = tf.map_fn(draw, (masked, seeds), fn_output_signature=tf.int32)
     return tf.where(temperature > 0, sampled, greedy)
 
 

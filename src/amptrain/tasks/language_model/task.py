@@ -30,12 +30,14 @@ import os
 import numpy as np
 
 from amptrain.errors import DataError
+from amptrain.files import atomic_write, fingerprint
 from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
 from amptrain.tasks.language_model import corpus, vocabulary
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
 logger = logging.getLogger("amptrain")
+VOCABULARY_RECORD = "vocabulary-made-from.json"  # the training files and size the vocabulary was learned from
 EVAL_BATCHES = 4  # batches scored a predict call: a split's batches are built a few at a time
 
 
@@ -66,7 +68,9 @@ class LanguageModelTask(Task):
         d = self.config.data
         paths = {"train": d.train, "dev": d.dev, "test": d.test}
         files = {name: corpus.corpus_files(paths[name]) for name in split_names if paths.get(name)}
-        self.tokenizer = self._load_or_learn_vocabulary(lambda: files.get("train") or corpus.corpus_files(d.train))
+        self.tokenizer = self._load_or_learn_vocabulary(
+            lambda: files.get("train") or corpus.corpus_files(d.train), training="train" in files
+        )
         for name, split_files in files.items():
             self._add_split(name, split_files)
         if "train" in self.splits:
@@ -80,31 +84,88 @@ class LanguageModelTask(Task):
         self._add_split(name, corpus.corpus_files(path))
 
     def _add_split(self, name, files):
-        """Tokenizes `files` into the run folder's token file of `name` (again when it is
-        missing or older than a file), and keeps the split: its token map and byte size."""
+        """Tokenizes `files` into the run folder's token file of `name` (again unless it was
+        made from these very files, tokenizer and framing: `corpus.cached_tokens`), and keeps
+        the split: its token map and byte size."""
         path = os.path.join(self.run_dir, f"tokens-{name}.bin")
-        newest = max(os.path.getmtime(f) for f in files)
-        if not os.path.exists(path + ".dtype") or os.path.getmtime(path) < newest:
-            count = corpus.write_tokens(files, self.tokenizer, self.framing, path)
+        made_from = {
+            "files": fingerprint(files),
+            "tokenizer": fingerprint(self._tokenizer_files()),
+            "framing": [[int(i) for i in part] for part in self.framing],
+        }
+        tokens = corpus.cached_tokens(path, made_from)
+        if tokens is None:
+            count = corpus.write_tokens(files, self.tokenizer, self.framing, path, made_from)
             logger.info(f"tokenized {name}: {count:,} pieces from {len(files)} file(s) into {path}")
-        tokens = corpus.read_tokens(path)
+            tokens = corpus.cached_tokens(path, made_from)
         if len(tokens) < 2:
             raise DataError(f"{files[0]}: no text in the {name} split; expected documents of text")
         encoded = {"tokens": tokens, "tokens_total": len(tokens), "bytes": corpus.corpus_bytes(files)}
         self.splits[name] = Split(name, files[0], files, encoded, np.zeros(0, np.int32))
 
-    def _load_or_learn_vocabulary(self, train_files):
+    def _tokenizer_files(self):
+        """The files the tokenizer was read from: the run's vocabulary, or the checkpoint's."""
+        if self.checkpoint is None:
+            folder, names = self.run_dir, (vocabulary.VOCABULARY_FILE, vocabulary.MERGES_FILE)
+        else:
+            folder, names = (
+                self.checkpoint.path,
+                ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"),
+            )
+        return [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+
+    def _load_or_learn_vocabulary(self, train_files, training):
+        """The tokenizer: the checkpoint's, or the run's byte-level BPE, learned from the
+        training files unless the run folder holds one learned from these very files and
+        size (`VOCABULARY_RECORD`). `training`: fit is about to train, so a vocabulary learned
+        from other files is learned again, or refused once checkpoints index it."""
         if self.checkpoint is not None:
             from amptrain.models.families import family_of
 
             self.base_weights = record_pretrained(self.checkpoint, self.run_dir)
             return family_of(self.checkpoint).tokenizer(self.checkpoint)
-        if not os.path.exists(os.path.join(self.run_dir, vocabulary.VOCABULARY_FILE)):
-            size = self.config.data.vocabulary_size
-            logger.info(f"learning a byte-level BPE of {size} pieces on {self.config.data.train}")
-            pieces, merges = vocabulary.learn(corpus.documents(train_files()), size)
-            vocabulary.save(pieces, merges, self.run_dir)
+        saved = os.path.exists(os.path.join(self.run_dir, vocabulary.VOCABULARY_FILE))
+        if saved and not training:
+            return vocabulary.load(self.run_dir)  # eval, predict: learned_files checks it is the trained one
+        files = train_files()
+        made_from = {"files": fingerprint(files), "vocabulary_size": self.config.data.vocabulary_size}
+        if saved and self._vocabulary_made_from(made_from):
+            return vocabulary.load(self.run_dir)
+        size = self.config.data.vocabulary_size
+        logger.info(f"learning a byte-level BPE of {size} pieces on {self.config.data.train}")
+        pieces, merges = vocabulary.learn(corpus.documents(files), size)
+        if not merges:
+            raise DataError(
+                f"{files[0]}: nothing to learn a vocabulary from ({corpus.corpus_bytes(files):,} bytes in "
+                f"{len(files)} file(s): no two characters ever stand together); expected a corpus of text"
+            )
+        vocabulary.save(pieces, merges, self.run_dir)
+        atomic_write(os.path.join(self.run_dir, VOCABULARY_RECORD), json.dumps(made_from, indent=1) + "\n")
         return vocabulary.load(self.run_dir)
+
+    def _vocabulary_made_from(self, made_from):
+        """True when the saved vocabulary was learned from `made_from` (or is an older run's,
+        which recorded nothing, with checkpoints); False when it is to be learned again;
+        refuses one that checkpoints index but other files would make."""
+        from amptrain.engine.run_folder.checkpoint_files import step_prefixes
+
+        try:
+            with open(os.path.join(self.run_dir, VOCABULARY_RECORD), encoding="utf-8") as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):
+            recorded = None
+        if recorded == made_from:
+            return True
+        if not step_prefixes(os.path.join(self.run_dir, "checkpoints")):
+            return False  # nothing trained with it: learned again
+        if recorded is None:
+            return True
+        changed = [f["path"] for f in made_from["files"] if f not in recorded.get("files", [])]
+        raise DataError(
+            f"{self.run_dir}: the run's vocabulary was learned from other training data "
+            f"({', '.join(changed) or 'data.vocabulary_size'} changed since) and its checkpoints index it; put "
+            "the original data back, or start afresh (--overwrite, or --run-dir a new folder)"
+        )
 
     @property
     def eod_id(self):
@@ -298,7 +359,8 @@ class LanguageModelTask(Task):
         the text's pieces (the last ones that leave `max_new_tokens` of the model's length),
         and their lengths; rows padded with -1."""
         before = self.framing[0]
-        keep = max(1, self.config.data.max_length - max(1, max_new_tokens) - len(before))
+        check_new_tokens(max_new_tokens, self.config.data.max_length, len(before))
+        keep = self.config.data.max_length - max_new_tokens - len(before)
         encoded = [np.concatenate([before, ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)]
         encoded = [(ids if len(ids) else [self.empty_prompt_id]) for ids in encoded]
         lengths = np.array([len(ids) for ids in encoded], np.int32)
@@ -312,11 +374,37 @@ class LanguageModelTask(Task):
         from amptrain.config import require
 
         super().check_config(config)
-        g = config.generate
+        g, d = config.generate, config.data
+        if not config.model.pretrained:
+            # The 256 bytes and the two reserved pieces are the vocabulary before any merge.
+            require(
+                d.vocabulary_size > vocabulary.BASE_PIECES,
+                "data.vocabulary_size",
+                f"an integer > {vocabulary.BASE_PIECES} (the 256 bytes, padding and the end of a document, "
+                "then the merges)",
+                d.vocabulary_size,
+            )
         require(g.max_new_tokens >= 1, "generate.max_new_tokens", "an integer >= 1", g.max_new_tokens)
-        require(g.temperature >= 0, "generate.temperature", "a number >= 0 (0: greedy)", g.temperature)
+        require(
+            0 <= g.temperature < math.inf, "generate.temperature", "a finite number >= 0 (0: greedy)", g.temperature
+        )
         require(g.top_k >= 0, "generate.top_k", "an integer >= 0 (0: every piece)", g.top_k)
         require(0 < g.top_p <= 1, "generate.top_p", "a number in (0, 1]", g.top_p)
+
+
+def check_new_tokens(max_new_tokens, context, before=0):
+    """Refuses more new pieces than the model's context leaves after one prompt piece (and
+    the pieces the framing puts before it): the prompt would be cut to nothing."""
+    from amptrain.config import require
+
+    most = context - 1 - before
+    require(
+        1 <= max_new_tokens <= most,
+        "generate.max_new_tokens",
+        f"an integer from 1 to {most} (the model's context, data.max_length = {context}, less the prompt's "
+        "first piece)",
+        max_new_tokens,
+    )
 
 
 class BlockPlan:

@@ -21,6 +21,7 @@ from amptrain.data.vocabulary import learn_byte_pairs
 
 PAD, EOD = "<pad>", "<|endoftext|>"
 VOCABULARY_FILE, MERGES_FILE = "vocab.json", "merges.txt"
+BASE_PIECES = 2 + 256  # padding, the end of a document and the 256 byte characters
 
 
 def word_counts(texts):
