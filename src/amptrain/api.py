@@ -325,7 +325,7 @@ def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=()
 
     exported = find_export(run_dir)
     if exported is not None:
-        return predict_export(exported, texts, skip_blank, trust_run_code)
+        return predict_export(exported, texts, skip_blank, trust_run_code, overrides, precision)
     task, model, predict_fn, _ = load_run(run_dir, (), trust_run_code, overrides, precision)
     texts = list(texts)
     if skip_blank and not task.keeps_blank_lines:

@@ -13,7 +13,6 @@ amptrain --verbose COMMAND ...   # TensorFlow's own logs too (or AMPTRAIN_TF_LOG
 """
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -311,8 +310,10 @@ def _predict(args):
         from amptrain.serving.streaming import predict_lines, read_text_lines
 
         lines = read_text_lines(args.input)
-        load = functools.partial(api.load_run, precision=args.precision)
-        records = predict_lines(args.run_dir, lines, load, trust=args.trust_run_code, overrides=_generating(args))
+        records = predict_lines(
+            args.run_dir, lines, api.load_run, trust=args.trust_run_code, overrides=_generating(args),
+            precision=args.precision,
+        )  # fmt: skip
     else:
         records = api.predict(
             args.run_dir, args.text, trust_run_code=args.trust_run_code, overrides=_generating(args),

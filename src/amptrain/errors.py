@@ -38,6 +38,15 @@ class CheckpointError(UserError):
 _OUT_OF_RANGE = re.compile(r"indices\[([\d,]+)\] = (-?\d+) is not in \[0, (\d+)\)")
 
 
+REQUEST_FAULT = "request: "  # how a serving graph's assertion says the request is at fault
+
+
+def request_fault(message):
+    """The one-line reason a serving graph's assertion gave (`REQUEST_FAULT`), or None."""
+    found = re.search(re.escape(REQUEST_FAULT) + r"([^\n]+)", message)
+    return found.group(1).strip() if found else None
+
+
 def id_out_of_range(message):
     """(position, id, table size) of the first lookup past a table's end that a TensorFlow
     error `message` reports, as strings; None when it reports none."""

@@ -69,6 +69,35 @@ def test_the_export_generates_without_amptrain_what_predict_does_and_serve_answe
         assert server.stop() == 0
 
 
+def test_sampling_is_per_prompt_in_predict_the_export_and_under_concurrent_serving(lm_run):
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = lm_run / "run"
+    sampling = ["generate.temperature=1.0", "generate.seed=11", "generate.max_new_tokens=6"]
+    amptrain.export(str(run), version=2, overrides=sampling)
+    alone = amptrain.predict(str(run), ["And God said"], overrides=sampling)[0]["generated"]
+    second = amptrain.predict(str(run), ["In the beginning", "And God said"], overrides=sampling)[1]["generated"]
+    exported = amptrain.predict(str(run / "export" / "2"), ["In the beginning", "And God said"])[1]["generated"]
+    assert alone == second == exported
+    flags = ["--temperature", "1", "--seed", "11", "--max-new-tokens", "6", "--json"]
+    done = forked_cli.run(["predict", str(run / "export" / "2"), "--text", "And God said", *flags])
+    assert done.returncode == 0 and json.loads(done.stdout.strip())["generated"] == alone
+    done = forked_cli.run(["predict", str(run / "export" / "2"), "--text", "x", "--top-p", "nan"])
+    assert done.returncode == 2 and done.stderr.strip().endswith(
+        "generate.top_p: expected a number in (0, 1], received nan"
+    )
+    server = Server(run / "export", lm_run)
+    try:
+        bodies = [{"instances": ["And God said"]}, {"instances": ["In the beginning", "And God said"]}] * 5
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(server.predict, bodies))
+        assert {a[1]["predictions"][-1] for a in answers} == {alone}
+        status, answer = server.predict({"signature_name": "serve_token_ids", "instances": [[1] * 40]})
+        assert status == 400 and "a row longer than 31 pieces" in answer["error"]
+    finally:
+        assert server.stop() == 0
+
+
 def fit_args(folder, run_dir, *settings):
     args = ["fit", str(folder / "tiny.toml"), "--run-dir", str(run_dir)]
     for setting in ("runtime.deterministic=true", "train.steps=40", "train.checkpoint_every=8", *settings):

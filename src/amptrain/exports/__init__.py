@@ -141,6 +141,7 @@ def _metadata(task, run_dir, checkpoint, fmt, precision, module):
         "checkpoint": os.path.basename(checkpoint),
         "precision": precision,
         "labels": list(task.labels) if task.labels is not None else None,
+        "keeps_blank_lines": task.keeps_blank_lines,  # predict --input: a line out for each line in
         **module.describe(),
     }
 

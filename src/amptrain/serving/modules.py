@@ -45,6 +45,18 @@ class ServingModule(tf.Module):
         """One JSON-ready record a text from the `serving_default` outputs."""
         raise NotImplementedError
 
+    @staticmethod
+    def answer(loaded, metadata, overrides=()):
+        """texts (a string tensor) -> `serve`'s outputs, for `predict EXPORT`. `overrides`:
+        settings given on the command line (`generate.temperature=0.8`); an export that takes
+        none refuses them in one line, never drops them."""
+        if overrides:
+            from amptrain.errors import UserError
+
+            keys = ", ".join(key for key, _ in overrides)
+            raise UserError(f"{keys}: this export ({metadata.get('task')}) takes no such setting; leave it out")
+        return lambda texts: loaded.signatures[SERVING_DEFAULT](text=texts)
+
     def describe(self):
         """What the export's metadata file says of the signatures beyond their specs."""
         return {"signatures": {SERVING_DEFAULT: "raw strings", SERVING_IDS: "token ids"}}

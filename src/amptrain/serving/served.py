@@ -45,29 +45,36 @@ def read_metadata(path):
         raise UserError(f"{path}: no readable {METADATA_FILE}; expected a folder made by `amptrain export`") from None
 
 
-def predict_export(path, texts, skip_blank=False, trust=False):
+def predict_export(path, texts, skip_blank=False, trust=False, overrides=(), precision=None):
     """One record a text, as `api.predict` makes them from a run (classification:
     probabilities rounded to 6 decimals)."""
-    return export_predictor(path, skip_blank, trust)(texts)
+    return export_predictor(path, skip_blank, trust, overrides, precision)(texts)
 
 
-def export_predictor(path, skip_blank=False, trust=False):
+def export_predictor(path, skip_blank=False, trust=False, overrides=(), precision=None):
     """`predict_export` with the SavedModel loaded once: a callable texts -> records (for
-    `predict --input`, which calls it a chunk of lines at a time)."""
+    `predict --input`, which calls it a chunk of lines at a time). `overrides`: settings the
+    export takes (a language model's `generate.*`), refused in one line where it takes none."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
+    from amptrain.config.files import parse_override
+
+    if precision is not None:
+        raise UserError(f"{path}: --precision is for a pretrained folder; an export answers in the one it was made in")
+    overrides = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     metadata = read_metadata(path)
-    serve = load_saved_model(path).signatures["serving_default"]
-    records = serving_class(metadata["task"], metadata.get("task_path", ""), carried_by=path, trust=trust).records
+    module_class = serving_class(metadata["task"], metadata.get("task_path", ""), carried_by=path, trust=trust)
+    serve = module_class.answer(load_saved_model(path), metadata, overrides)
+    records = module_class.records
 
     def predict(texts):
         texts = list(texts)
-        if skip_blank and metadata["task"] != "translation":  # translation keeps a line for a line
+        if skip_blank and not metadata.get("keeps_blank_lines", metadata["task"] == "translation"):
             texts = [t for t in texts if t.strip()]
         if not texts:
             return []
-        outputs = {k: v.numpy() for k, v in serve(text=tf.constant(texts, tf.string)).items()}
+        outputs = {k: v.numpy() for k, v in serve(tf.constant(texts, tf.string)).items()}
         return records(texts, outputs, metadata)
 
     return predict

@@ -74,15 +74,15 @@ def _chunks(lines, size):
         yield chunk
 
 
-def predictor(run_dir, skip_blank, load_run, trust=False, overrides=()):
+def predictor(run_dir, skip_blank, load_run, trust=False, overrides=(), precision=None):
     """texts -> records with the run's best checkpoint (`load_run`: `api.load_run`, handed down
     so that serving imports nothing above it) or the export's SavedModel, built once."""
     from amptrain.serving.served import export_predictor, find_export
 
     exported = find_export(run_dir)
     if exported is not None:
-        return export_predictor(exported, skip_blank, trust)
-    task, model, predict_fn, _ = load_run(run_dir, (), trust, overrides)
+        return export_predictor(exported, skip_blank, trust, overrides, precision)
+    task, model, predict_fn, _ = load_run(run_dir, (), trust, overrides, precision)
 
     def predict(texts):
         if skip_blank and not task.keeps_blank_lines:
@@ -93,13 +93,21 @@ def predictor(run_dir, skip_blank, load_run, trust=False, overrides=()):
 
 
 def predict_lines(
-    run_dir, lines, load_run, skip_blank=True, chunk_lines=CHUNK_LINES, stream=None, trust=False, overrides=()
+    run_dir,
+    lines,
+    load_run,
+    skip_blank=True,
+    chunk_lines=CHUNK_LINES,
+    stream=None,
+    trust=False,
+    overrides=(),
+    precision=None,
 ):
     """Yields one record a line of `lines` (blank ones skipped, except by translation), a
     chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
     stream = stream if stream is not None else sys.stderr
     interactive = stream.isatty()
-    predict = predictor(run_dir, skip_blank, load_run, trust, overrides)
+    predict = predictor(run_dir, skip_blank, load_run, trust, overrides, precision)
     started = shown = time.time()
     done = written = 0
     for chunk in _chunks(lines, chunk_lines):

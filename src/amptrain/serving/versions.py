@@ -19,7 +19,7 @@ import asyncio
 import os
 import threading
 
-from amptrain.errors import UserError, id_out_of_range
+from amptrain.errors import UserError, id_out_of_range, request_fault
 from amptrain.serving.batcher import Batcher
 from amptrain.serving.rest import INPUT, SIGNATURE, BadRequest
 from amptrain.serving.served import SAVED_MODEL_FILE, find_export, load_saved_model, read_metadata
@@ -83,6 +83,9 @@ class Servable:
         try:
             outputs = self.signatures[name](**{k: self._tf.constant(v) for k, v in tensors.items()})
         except self._tf.errors.InvalidArgumentError as error:
+            reason = request_fault(str(error))
+            if reason is not None:
+                raise BadRequest(reason) from None
             found = id_out_of_range(str(error))
             if found is None:
                 raise

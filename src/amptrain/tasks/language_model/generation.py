@@ -35,6 +35,33 @@ class Settings:
     seed: int = 0
 
 
+def check(settings, context=None, before=0):
+    """Refuses, in one line naming the key, a setting no generation can honour: no new piece,
+    a temperature that is not a finite number >= 0, top-k below 0, top-p outside (0, 1];
+    with `context` (the model's length), more new pieces than it leaves after the prompt's
+    first piece and the `before` pieces the framing puts ahead of it."""
+    from amptrain.config import require
+
+    g = settings
+    require(isinstance(g.max_new_tokens, int) and g.max_new_tokens >= 1, KEYS[0], "an integer >= 1", g.max_new_tokens)
+    if context is not None:
+        most = context - 1 - before
+        require(
+            g.max_new_tokens <= most,
+            KEYS[0],
+            f"an integer from 1 to {most} (the model's context, data.max_length = {context}, less the prompt's "
+            "first piece)",
+            g.max_new_tokens,
+        )
+    require(0 <= g.temperature < float("inf"), KEYS[1], "a finite number >= 0 (0: greedy)", g.temperature)
+    require(isinstance(g.top_k, int) and g.top_k >= 0, KEYS[2], "an integer >= 0 (0: every piece)", g.top_k)
+    require(0 < g.top_p <= 1, KEYS[3], "a number in (0, 1]", g.top_p)
+    require(isinstance(g.seed, int) and -(2**31) <= g.seed < 2**31, KEYS[4], "a 32-bit integer", g.seed)
+
+
+KEYS = tuple(f"generate.{field.name}" for field in dataclasses.fields(Settings))
+
+
 def generate(model, prompt_ids, prompt_lengths, eod_id, settings):
     """(batch, length) int32: each row its prompt, then its continuation, then -1.
     `prompt_ids` (batch, length of the longest prompt); the settings as tensors or numbers."""

@@ -60,6 +60,8 @@ class GeneratorModule(ServingModule):
                 SERVING_IDS: "prompt token ids",
                 GENERATE: "prompts, settings",
             },
+            "context": self._max_length,  # the model's length: new pieces and the prompt share it
+            "prompt_start": len(self._before),  # pieces every prompt starts with
             "generate": {
                 "max_new_tokens": s.max_new_tokens,
                 "temperature": s.temperature,
@@ -68,6 +70,31 @@ class GeneratorModule(ServingModule):
                 "seed": s.seed,
             },
         }
+
+    @staticmethod
+    def answer(loaded, metadata, overrides=()):
+        """The `generate` signature under the export's `[generate]` with `overrides` (`predict
+        EXPORT --temperature 0.8`), checked as a run's are."""
+        import dataclasses
+
+        from amptrain.errors import UserError
+        from amptrain.tasks.language_model.generation import Settings, check
+
+        names = {f"generate.{f.name}": f.name for f in dataclasses.fields(Settings)}
+        unknown = [key for key, _ in overrides if key not in names]
+        if unknown:
+            raise UserError(f"{', '.join(unknown)}: not a generation setting; expected one of {', '.join(names)}")
+        settings = Settings(**{**metadata["generate"], **{names[key]: value for key, value in overrides}})
+        check(settings, metadata.get("context"), metadata.get("prompt_start", 0))  # older exports: the graph clips
+        generate = loaded.signatures[GENERATE]
+        values = dict(
+            max_new_tokens=tf.constant(settings.max_new_tokens, tf.int32),
+            temperature=tf.constant(settings.temperature, tf.float32),
+            top_k=tf.constant(settings.top_k, tf.int32),
+            top_p=tf.constant(settings.top_p, tf.float32),
+            seed=tf.constant(settings.seed, tf.int32),
+        )
+        return lambda texts: generate(text=texts, **values)
 
     def _serve(self, text):
         s = self._settings
@@ -96,8 +123,18 @@ class GeneratorModule(ServingModule):
         return {"generated": self._tokenizer.graph_detokenize(continuations(out, lengths, self._eod_id))}
 
     def _serve_ids(self, token_ids):
+        from amptrain.errors import REQUEST_FAULT
+
         s = self._settings
         lengths = tf.reduce_sum(tf.cast(token_ids != self._padding, tf.int32), axis=1)
+        most = self._max_length - 1  # a prompt leaves the model room for one new piece at least
+        checked = tf.debugging.assert_less_equal(
+            tf.shape(token_ids)[1], most,
+            message=f"{REQUEST_FAULT}token_ids: a row longer than {most} pieces; the model's context is "
+            f"{self._max_length} (prompt and new pieces)",
+        )  # fmt: skip
+        with tf.control_dependencies([checked]):
+            token_ids = tf.identity(token_ids)
         out = graph_generate(
             self.model, token_ids, lengths, self._eod_id, tf.constant(s.max_new_tokens), tf.constant(s.temperature),
             tf.constant(s.top_k), tf.constant(s.top_p), tf.constant(s.seed),

@@ -22,6 +22,7 @@ its end piece; a new document starts after an end piece. `train.lora_rank` train
 adapters only (models/lora.py).
 """
 
+import dataclasses
 import json
 import logging
 import math
@@ -32,7 +33,7 @@ import numpy as np
 from amptrain.errors import DataError
 from amptrain.files import atomic_write, fingerprint
 from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
-from amptrain.tasks.language_model import corpus, vocabulary
+from amptrain.tasks.language_model import corpus, generation, vocabulary
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
@@ -359,7 +360,8 @@ class LanguageModelTask(Task):
         the text's pieces (the last ones that leave `max_new_tokens` of the model's length),
         and their lengths; rows padded with -1."""
         before = self.framing[0]
-        check_new_tokens(max_new_tokens, self.config.data.max_length, len(before))
+        generation.check(dataclasses.replace(self.config.generate, max_new_tokens=max_new_tokens),
+                         self.config.data.max_length, len(before))  # fmt: skip
         keep = self.config.data.max_length - max_new_tokens - len(before)
         encoded = [np.concatenate([before, ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)]
         encoded = [(ids if len(ids) else [self.empty_prompt_id]) for ids in encoded]
@@ -384,27 +386,7 @@ class LanguageModelTask(Task):
                 "then the merges)",
                 d.vocabulary_size,
             )
-        require(g.max_new_tokens >= 1, "generate.max_new_tokens", "an integer >= 1", g.max_new_tokens)
-        require(
-            0 <= g.temperature < math.inf, "generate.temperature", "a finite number >= 0 (0: greedy)", g.temperature
-        )
-        require(g.top_k >= 0, "generate.top_k", "an integer >= 0 (0: every piece)", g.top_k)
-        require(0 < g.top_p <= 1, "generate.top_p", "a number in (0, 1]", g.top_p)
-
-
-def check_new_tokens(max_new_tokens, context, before=0):
-    """Refuses more new pieces than the model's context leaves after one prompt piece (and
-    the pieces the framing puts before it): the prompt would be cut to nothing."""
-    from amptrain.config import require
-
-    most = context - 1 - before
-    require(
-        1 <= max_new_tokens <= most,
-        "generate.max_new_tokens",
-        f"an integer from 1 to {most} (the model's context, data.max_length = {context}, less the prompt's "
-        "first piece)",
-        max_new_tokens,
-    )
+        generation.check(g)  # its context is checked where it generates (`prompt_ids`)
 
 
 class BlockPlan:
