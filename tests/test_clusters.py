@@ -63,6 +63,11 @@ def test_a_slurm_step_is_a_cluster_of_its_tasks_with_ports_apart_on_a_node():
         (slurm(0, per_node="3"), r"2 node\(s\) \['node1', 'node2'\] with tasks per node \[3, 3\] do not make"),
         (slurm(9), r"SLURM_PROCID: expected 0 to 3, received 9"),
         ({**slurm(0), "SLURM_JOB_NODELIST": ""}, r"SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not set"),
+        (slurm(0, nodes="node[01-"), r"SLURM node list: cannot read 'node\[01-' at character 5"),
+        (slurm(0, nodes="node[a-b]"), r"SLURM node list: cannot read 'node\[a-b\]' at character 5"),
+        (slurm(0, nodes="node[3-1]"), r"SLURM node list: range '3-1' in 'node\[3-1\]' runs backwards"),
+        (slurm(0, AMPTRAIN_PORT="http"), r"AMPTRAIN_PORT: expected an integer, received 'http'"),
+        (slurm(0, AMPTRAIN_PORT="70000"), r"AMPTRAIN_PORT: expected a port from 1 to 65535, received 70000"),
     ],
 )
 def test_a_slurm_step_that_does_not_add_up_is_one_line(env, message):
@@ -89,6 +94,9 @@ def test_an_indexed_job_is_a_cluster_by_its_completion_index_and_the_rest_is_cho
         Cluster.from_env(env, source="tf_config")
     with pytest.raises(ConfigError, match=r"AMPTRAIN_WORKERS: not set"):
         Cluster.from_env({}, source="kubernetes")
+    odd = {**env, "AMPTRAIN_WORKER_ADDRESS": "amptrain-{index}.{service}:{port}"}
+    with pytest.raises(ConfigError, match=r"AMPTRAIN_WORKER_ADDRESS: .* does not format \(KeyError: 'service'\)"):
+        Cluster.from_env(odd)
 
 
 def test_a_workers_share_of_a_batch_plan_builds_only_its_rows():

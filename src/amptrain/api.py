@@ -131,7 +131,10 @@ def _prepare(config, task, cluster, run_dir):
         # The strategy must exist before TensorFlow runs anything (it sets up the
         # collectives). The chief learns the vocabulary and labels into the run folder
         # first; the others then read them, so every worker tokenises alike.
-        placement = distribute.select_strategy(config.runtime, cluster)
+        from amptrain.distribute.startup import startup_watch
+
+        with startup_watch(cluster, config.runtime.startup_timeout):  # names who never arrived; SIGTERM at once
+            placement = distribute.select_strategy(config.runtime, cluster)
         distribute.check_split(config, placement.strategy)
         # So does the precision: the chief decides (measuring on its own device if need
         # be) and the others read its decision.

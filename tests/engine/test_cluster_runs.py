@@ -56,6 +56,20 @@ def fingerprint(output):
     return found
 
 
+def test_a_worker_that_never_starts_is_named_at_the_startup_deadline(tiny):
+    import json
+    import time
+
+    base = two_free_ports_in_a_row()
+    cluster = {"worker": [f"localhost:{base}", f"localhost:{base + 1}"]}  # worker 1 is never started
+    env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})}
+    started = time.monotonic()
+    args = ["fit", str(tiny / "tiny.toml"), "--run-dir", str(tiny / "alone"), "--set", "runtime.startup_timeout=5"]
+    result = forked_cli.start(args, env=env).finish(120)
+    assert result.returncode != 0 and time.monotonic() - started < 100
+    assert f"never arrived: worker 1 (localhost:{base + 1})" in result.stderr
+
+
 @pytest.fixture(scope="module")
 def launched(tiny):
     """The reference: `amptrain launch --workers 2` (TF_CONFIG on localhost)."""

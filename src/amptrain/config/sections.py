@@ -89,6 +89,7 @@ class RuntimeConfig:
     cpu_replicas: int = 0  # > 1: split the CPU into this many logical devices (for mirrored)
     tpu: str = ""  # the TPU's name or grpc:// address; "local" for a TPU VM; empty: from TPU_NAME
     collective_timeout: float = 300.0  # seconds a cross-worker all-reduce may wait for a peer
+    startup_timeout: float = 180.0  # seconds every worker of a cluster has to arrive (distribute/startup.py)
     # true | false | "fusible" | "auto". true: XLA compiles the step; "fusible": only the
     # elementwise ops between the matrix products (xla_modes.py); "auto": measured
     # with the precision at the start of the run (precision/probe.py)
@@ -186,6 +187,7 @@ PLACEMENT_KEYS = (
     "runtime.cpu_replicas",
     "runtime.tpu",
     "runtime.collective_timeout",
+    "runtime.startup_timeout",
 )
 # Keys that only say what a run records about itself: a rerun may change them and resume.
 OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every", "train.projector_rows")

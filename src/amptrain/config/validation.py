@@ -108,6 +108,12 @@ def validate(config, task_class, check_files=True):
         "a finite number of seconds > 0",
         r.collective_timeout,
     )
+    require(
+        0 < r.startup_timeout < math.inf,
+        "runtime.startup_timeout",
+        "a finite number of seconds > 0",
+        r.startup_timeout,
+    )
     require(r.steps_per_execution >= 1, "runtime.steps_per_execution", "an integer >= 1", r.steps_per_execution)
     require(
         r.profile_steps == []

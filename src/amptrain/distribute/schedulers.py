@@ -68,7 +68,7 @@ def slurm_tf_config(environ):
         raise ConfigError(
             f"SLURM: {len(nodes)} node(s) {nodes} with tasks per node {per_node} do not make the step's {tasks} tasks"
         )
-    base = int(environ.get("AMPTRAIN_PORT") or 20000 + 10 * (_int(environ, "SLURM_JOB_ID") % 4000))
+    base = _port(environ, 20000 + 10 * (_int(environ, "SLURM_JOB_ID") % 4000))
     addresses = [f"{node}:{base + local}" for node, count in zip(nodes, per_node) for local in range(count)]
     rank = _int(environ, "SLURM_PROCID")
     if not 0 <= rank < tasks:
@@ -91,28 +91,49 @@ def kubernetes_tf_config(environ):
         raise ConfigError(f"AMPTRAIN_WORKER_ADDRESS: expected '{{index}}' or '{{port}}' in it, received {template!r}")
     if not 0 <= index < workers:
         raise ConfigError(f"JOB_COMPLETION_INDEX: expected 0 to {workers - 1} (AMPTRAIN_WORKERS), received {index}")
-    port = int(environ.get("AMPTRAIN_PORT") or KUBERNETES_PORT)
-    addresses = [template.format(index=i, port=port + i) for i in range(workers)]
+    port = _port(environ, KUBERNETES_PORT)
+    try:
+        addresses = [template.format(index=i, port=port + i) for i in range(workers)]
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(
+            f"AMPTRAIN_WORKER_ADDRESS: {template!r} does not format ({type(error).__name__}: {error}); "
+            "expected a host with '{index}' and '{port}' only, e.g. 'amptrain-{index}.amptrain:{port}'"
+        ) from None
     if workers <= 1:
         return None
     return {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
 
 
+_NAME = r"[A-Za-z0-9._-]*"
+_RANGES = r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*"
+_HOST = re.compile(rf"({_NAME})(?:\[({_RANGES})\]({_NAME}))?")
+
+
 def expand_hostlist(text):
-    """SLURM's compact node list, e.g. "node[01-03,7],gpu-a[1-2],solo", as node names in order."""
-    names = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,\[]*", text):
-        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
-        if not match:
-            names.append(part)
-            continue
+    """SLURM's compact node list, e.g. "node[01-03,7],gpu-a[1-2],solo", as node names in
+    order. Anything else (`node[01-`, `node[a-b]`, a range running backwards) is refused in
+    one line: a misread list would make workers wait for hosts that do not exist."""
+    names, position = [], 0
+    while position < len(text):
+        match = _HOST.match(text, position)
+        end = match.end() if match else position
+        if not match or end == position or (end < len(text) and text[end] != ","):
+            raise ConfigError(
+                f"SLURM node list: cannot read {text!r} at character {end + 1}; expected names and "
+                "bracketed ranges, e.g. 'node[01-03,7],gpu-a[1-2],solo'"
+            )
         prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
+        if ranges is None:
+            names.append(prefix)
+        for item in (ranges or "").split(",") if ranges else ():
             first, _, last = item.partition("-")
-            width = len(first)
-            for number in range(int(first), int(last or first) + 1):
-                names.append(f"{prefix}{number:0{width}d}{suffix}")
-    if not names:
+            if int(last or first) < int(first):
+                raise ConfigError(f"SLURM node list: range {item!r} in {text!r} runs backwards")
+            names += [
+                f"{prefix}{number:0{len(first)}d}{suffix or ''}" for number in range(int(first), int(last or first) + 1)
+            ]
+        position = end + 1
+    if not names or not all(names):
         raise ConfigError(f"SLURM node list: expected node names, received {text!r}")
     return names
 
@@ -126,6 +147,16 @@ def tasks_per_node(text):
             raise ConfigError(f"SLURM tasks per node: expected e.g. '2(x3),1', received {text!r}")
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     return counts
+
+
+def _port(environ, default):
+    """AMPTRAIN_PORT when set (a port number), else `default`."""
+    if not environ.get("AMPTRAIN_PORT", "").strip():
+        return default
+    port = _int(environ, "AMPTRAIN_PORT")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"AMPTRAIN_PORT: expected a port from 1 to 65535, received {port}")
+    return port
 
 
 def _get(environ, *names):

@@ -94,7 +94,7 @@ def _configure_coordination(runtime):
         service_type="standalone",
         service_leader=multi_worker_util.coordination_leader(spec),
         heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT * 1000,
-        cluster_register_timeout_in_ms=int(runtime.collective_timeout * 1000),
+        cluster_register_timeout_in_ms=int(runtime.startup_timeout * 1000),
         coordinated_jobs=jobs,
     )
 
