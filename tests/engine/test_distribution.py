@@ -242,7 +242,7 @@ def test_replicas_that_cannot_split_the_batch_are_refused_before_any_work(tiny):
     )
     # Nothing was read, learned or built: no vocabulary, no labels, no checkpoint.
     # Nothing learned or trained: the config, the log, and the run folder's lock (engine/run_folder/lock.py)
-    assert sorted(os.listdir(run_dir)) == [".lock", "config.toml", "train.log"]
+    assert sorted(os.listdir(run_dir)) == [".amptrain-run.json", ".lock", "config.toml", "train.log"]
 
 
 def test_strategy_selection_and_its_errors(tiny):

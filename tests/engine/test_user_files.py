@@ -109,3 +109,31 @@ def test_export_overwrite_never_replaces_a_folder_that_is_not_an_export(tmp_path
     with pytest.raises(UserError, match="is not an amptrain export"):
         _claim(str(target), overwrite=True)
     assert (target / "keep.txt").exists()
+
+
+@pytest.mark.slow
+def test_corpora_and_token_files_are_used_only_for_what_they_were_made_from(tmp_path):
+    from amptrain.errors import DataError
+
+    folder, _ = users_folder(tmp_path)
+    good = (folder / "corpus.txt").read_text(encoding="utf-8")
+    run = str(folder / "run")
+    (folder / "corpus.txt").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match=r"corpus.txt: nothing to learn a vocabulary from \(0 bytes"):
+        amptrain.fit(str(folder / "lm.toml"), run_dir=run)
+    (folder / "corpus.txt").write_text(good, encoding="utf-8")  # fixed: learned again, trains
+    amptrain.fit(str(folder / "lm.toml"), run_dir=run)
+    with open(os.path.join(KJV, "dev.txt"), encoding="utf-8") as f:
+        (folder / "a.txt").write_text(f.read(3000), encoding="utf-8")
+    with open(os.path.join(KJV, "test.txt"), encoding="utf-8") as f:
+        (folder / "b.txt").write_text(f.read(3000), encoding="utf-8")
+    (folder / "empty.txt").write_text("", encoding="utf-8")
+    a = amptrain.evaluate(run, data=str(folder / "a.txt"))
+    with pytest.raises(DataError, match="no text in the data split"):
+        amptrain.evaluate(run, data=str(folder / "empty.txt"))
+    b = amptrain.evaluate(run, data=str(folder / "b.txt"))  # main: A's score again, or "no text"
+    assert b["tokens"] != a["tokens"] and b == amptrain.evaluate(run, data=str(folder / "b.txt"))
+    assert amptrain.evaluate(run, data=str(folder / "a.txt")) == a
+    (folder / "corpus.txt").write_text(good[:3000], encoding="utf-8")  # the run's vocabulary indexes the old
+    with pytest.raises(DataError, match=r"vocabulary was learned from other training data .*corpus.txt changed"):
+        amptrain.fit(str(folder / "lm.toml"), ["train.steps=3"], run_dir=run)

@@ -10,6 +10,7 @@ Each precision's model and training parts are built as `amptrain fit` builds the
 """
 
 import json
+import math
 
 from amptrain import config as config_lib
 from amptrain.engine import memory
@@ -19,15 +20,23 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def parse_memory(text):
-    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes."""
+    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes; from 1 MiB to 256 TiB (no machine's
+    memory is outside that: 0, -5, inf or 1e30 is a mistake, refused in one line)."""
     units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
     cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
     try:
-        if cleaned and cleaned[-1] in units:
-            return int(float(cleaned[:-1]) * units[cleaned[-1]])
-        return int(float(cleaned))
+        scale = units[cleaned[-1]] if cleaned and cleaned[-1] in units else 1
+        value = float(cleaned[:-1] if scale > 1 else cleaned) * scale
     except ValueError:
-        raise UserError(f"--memory-limit: expected a size such as 8GiB or 512MiB, received {text!r}") from None
+        value = math.nan
+    if not MEMORY_LIMITS[0] <= value <= MEMORY_LIMITS[1]:  # NaN fails too
+        raise UserError(
+            f"--memory-limit: expected a size from 1MiB to 256TiB such as 8GiB or 512MiB, received {text!r}"
+        )
+    return int(value)
+
+
+MEMORY_LIMITS = (2**20, 2**48)
 
 
 def rows_and_length(config):

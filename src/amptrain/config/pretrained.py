@@ -78,9 +78,46 @@ class Checkpoint:
 def _read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            document = json.load(f)
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: a JSON {type(document).__name__}; expected an object of the model's settings")
+    return document
+
+
+def _check_fits_in_memory(checkpoint):
+    """Refuses, before anything is allocated, weights that in float32 (what the model's
+    variables hold) exceed the memory available now: a huge but consistent folder was
+    otherwise found out only after 61 GiB were allocated."""
+    from amptrain.config.pretrained_weights import read_header
+
+    if not checkpoint.weights_path.endswith(".safetensors"):
+        return
+    count = 0
+    for entry in read_header(checkpoint.weights_path).values():
+        numel = 1
+        for size in entry["shape"]:
+            numel *= size
+        count += numel
+    needed, available = 4 * count, available_memory()
+    if available is not None and needed > available:
+        raise ConfigError(
+            f"{checkpoint.weights_path}: {count:,} weights take {needed / 2**30:.1f} GiB in float32, more than "
+            f"the {available / 2**30:.1f} GiB of memory available; expected a model that fits this machine"
+        )
+
+
+def available_memory():
+    """Bytes of memory available now (`MemAvailable` of /proc/meminfo), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def read_checkpoint(path):
@@ -100,6 +137,7 @@ def read_checkpoint(path):
         raise ConfigError(f"{path}: no {os.path.basename(checkpoint.weights_path)}; expected the encoder's weights")
     if not os.path.isfile(checkpoint.vocabulary_path):
         raise ConfigError(f"{path}: no {os.path.relpath(checkpoint.vocabulary_path, path)}; expected its vocabulary")
+    _check_fits_in_memory(checkpoint)
     pieces = _count_pieces(checkpoint.vocabulary_path)
     # A language model's table may have spare rows (Qwen2's), an encoder's has one a piece.
     spare = checkpoint.kind == "causal" and pieces is not None and pieces < checkpoint.vocabulary_size

@@ -33,7 +33,14 @@ def check_callbacks(callbacks, optimizer):
     """The callbacks as a list, or a one-line refusal of one amptrain cannot honour."""
     import keras
 
-    callbacks = list(callbacks or ())
+    if isinstance(callbacks, keras.callbacks.Callback):
+        callbacks = [callbacks]  # one callback for a list of one, as a user means it
+    try:
+        callbacks = list(callbacks or ())
+    except TypeError:
+        raise UserError(
+            f"callbacks: expected a list of keras.callbacks.Callback objects, received {callbacks!r}"
+        ) from None
     for callback in callbacks:
         name = type(callback).__name__
         if not isinstance(callback, keras.callbacks.Callback):
