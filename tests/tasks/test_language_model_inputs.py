@@ -109,5 +109,5 @@ def test_a_pretrained_folder_that_cannot_fit_or_whose_config_is_a_list_is_one_li
 
 @pytest.mark.parametrize("text", ["inf", "0", "-5", "1e30", "nan", "lots"])
 def test_a_memory_limit_no_machine_has_is_refused(text):
-    with pytest.raises(UserError, match=r"--memory-limit: expected a size from 1MiB to 256TiB"):
+    with pytest.raises(UserError, match=r"--memory-limit: expected a size above 0 and up to 256TiB"):
         parse_memory(text)

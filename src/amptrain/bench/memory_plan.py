@@ -20,7 +20,7 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def parse_memory(text):
-    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes; from 1 MiB to 256 TiB (no machine's
+    """`8GiB`, `512MiB`, `2G`, `1500000000` -> bytes; above 0, at most 256 TiB (no machine's
     memory is outside that: 0, -5, inf or 1e30 is a mistake, refused in one line)."""
     units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
     cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
@@ -31,12 +31,12 @@ def parse_memory(text):
         value = math.nan
     if not MEMORY_LIMITS[0] <= value <= MEMORY_LIMITS[1]:  # NaN fails too
         raise UserError(
-            f"--memory-limit: expected a size from 1MiB to 256TiB such as 8GiB or 512MiB, received {text!r}"
+            f"--memory-limit: expected a size above 0 and up to 256TiB, such as 8GiB or 512MiB, received {text!r}"
         )
     return int(value)
 
 
-MEMORY_LIMITS = (2**20, 2**48)
+MEMORY_LIMITS = (1, 2**48)
 
 
 def rows_and_length(config):
