@@ -337,16 +337,6 @@ def _check_optimizer_keys(config, optimizer):
     if optimizer is None:
         return
     schedule = isinstance(optimizer, keras.optimizers.schedules.LearningRateSchedule)
-    rate = getattr(optimizer, "learning_rate", None)
-    if not schedule and not isinstance(
-        getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
-    ):
-        try:
-            value = float(rate) if rate is not None else 1.0
-        except (TypeError, ValueError):
-            value = 1.0  # a callable rate: checked as it runs
-        if not 0 < value < float("inf"):  # a NaN rate made NaN weights, diagnosed as an overflow of the data
-            raise UserError(f"optimizer: learning_rate {value}; expected a finite number > 0")
     for key in SCHEDULE_KEYS if schedule else OPTIMIZER_KEYS:
         if key in config:
             what = (

@@ -38,7 +38,6 @@ from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
 logger = logging.getLogger("amptrain")
-VOCABULARY_RECORD = "vocabulary-made-from.json"  # the training files and size the vocabulary was learned from
 EVAL_BATCHES = 4  # batches scored a predict call: a split's batches are built a few at a time
 
 
@@ -106,19 +105,14 @@ class LanguageModelTask(Task):
 
     def _tokenizer_files(self):
         """The files the tokenizer was read from: the run's vocabulary, or the checkpoint's."""
-        if self.checkpoint is None:
-            folder, names = self.run_dir, (vocabulary.VOCABULARY_FILE, vocabulary.MERGES_FILE)
-        else:
-            folder, names = (
-                self.checkpoint.path,
-                ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"),
-            )
+        names = ("tokenizer.json", "tokenizer_config.json", vocabulary.VOCABULARY_FILE, vocabulary.MERGES_FILE)
+        folder = self.run_dir if self.checkpoint is None else self.checkpoint.path
         return [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
 
     def _load_or_learn_vocabulary(self, train_files, training):
         """The tokenizer: the checkpoint's, or the run's byte-level BPE, learned from the
         training files unless the run folder holds one learned from these very files and
-        size (`VOCABULARY_RECORD`). `training`: fit is about to train, so a vocabulary learned
+        size (`vocabulary.RECORD`). `training`: fit is about to train, so a vocabulary learned
         from other files is learned again, or refused once checkpoints index it."""
         if self.checkpoint is not None:
             from amptrain.models.families import family_of
@@ -130,7 +124,7 @@ class LanguageModelTask(Task):
             return vocabulary.load(self.run_dir)  # eval, predict: learned_files checks it is the trained one
         files = train_files()
         made_from = {"files": fingerprint(files), "vocabulary_size": self.config.data.vocabulary_size}
-        if saved and self._vocabulary_made_from(made_from):
+        if saved and vocabulary.learned_from(self.run_dir, made_from):
             return vocabulary.load(self.run_dir)
         size = self.config.data.vocabulary_size
         logger.info(f"learning a byte-level BPE of {size} pieces on {self.config.data.train}")
@@ -141,32 +135,8 @@ class LanguageModelTask(Task):
                 f"{len(files)} file(s): no two characters ever stand together); expected a corpus of text"
             )
         vocabulary.save(pieces, merges, self.run_dir)
-        atomic_write(os.path.join(self.run_dir, VOCABULARY_RECORD), json.dumps(made_from, indent=1) + "\n")
+        atomic_write(os.path.join(self.run_dir, vocabulary.RECORD), json.dumps(made_from, indent=1) + "\n")
         return vocabulary.load(self.run_dir)
-
-    def _vocabulary_made_from(self, made_from):
-        """True when the saved vocabulary was learned from `made_from` (or is an older run's,
-        which recorded nothing, with checkpoints); False when it is to be learned again;
-        refuses one that checkpoints index but other files would make."""
-        from amptrain.engine.run_folder.checkpoint_files import step_prefixes
-
-        try:
-            with open(os.path.join(self.run_dir, VOCABULARY_RECORD), encoding="utf-8") as f:
-                recorded = json.load(f)
-        except (OSError, ValueError):
-            recorded = None
-        if recorded == made_from:
-            return True
-        if not step_prefixes(os.path.join(self.run_dir, "checkpoints")):
-            return False  # nothing trained with it: learned again
-        if recorded is None:
-            return True
-        changed = [f["path"] for f in made_from["files"] if f not in recorded.get("files", [])]
-        raise DataError(
-            f"{self.run_dir}: the run's vocabulary was learned from other training data "
-            f"({', '.join(changed) or 'data.vocabulary_size'} changed since) and its checkpoints index it; put "
-            "the original data back, or start afresh (--overwrite, or --run-dir a new folder)"
-        )
 
     @property
     def eod_id(self):
@@ -377,15 +347,9 @@ class LanguageModelTask(Task):
 
         super().check_config(config)
         g, d = config.generate, config.data
-        if not config.model.pretrained:
-            # The 256 bytes and the two reserved pieces are the vocabulary before any merge.
-            require(
-                d.vocabulary_size > vocabulary.BASE_PIECES,
-                "data.vocabulary_size",
-                f"an integer > {vocabulary.BASE_PIECES} (the 256 bytes, padding and the end of a document, "
-                "then the merges)",
-                d.vocabulary_size,
-            )
+        base = vocabulary.BASE_PIECES  # the 256 bytes, padding and the end piece: no merge yet
+        ok = config.model.pretrained or d.vocabulary_size > base
+        require(ok, "data.vocabulary_size", f"an integer > {base} (the 256 bytes and two pieces)", d.vocabulary_size)
         generation.check(g)  # its context is checked where it generates (`prompt_ids`)
 
 

@@ -21,6 +21,7 @@ from amptrain.data.vocabulary import learn_byte_pairs
 
 PAD, EOD = "<pad>", "<|endoftext|>"
 VOCABULARY_FILE, MERGES_FILE = "vocab.json", "merges.txt"
+RECORD = "vocabulary-made-from.json"  # the training files and size the vocabulary was learned from
 BASE_PIECES = 2 + 256  # padding, the end of a document and the 256 byte characters
 
 
@@ -57,4 +58,31 @@ def load(run_dir):
 
     return BytePairPieces.shared(
         os.path.join(run_dir, VOCABULARY_FILE), os.path.join(run_dir, MERGES_FILE), pad_id=0, specials=(EOD, EOD, EOD)
+    )
+
+
+def learned_from(run_dir, made_from):
+    """True when the run's vocabulary was learned from `made_from` (or is an older run's, which
+    recorded nothing, with checkpoints); False when it is to be learned again; refuses one
+    that checkpoints index but other files would make."""
+    import glob
+
+    from amptrain.errors import DataError
+
+    try:
+        with open(os.path.join(run_dir, RECORD), encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        recorded = None
+    if recorded == made_from:
+        return True
+    if not glob.glob(os.path.join(glob.escape(run_dir), "checkpoints", "ckpt-*.index")):
+        return False  # nothing trained with it: learned again
+    if recorded is None:
+        return True
+    changed = [f["path"] for f in made_from["files"] if f not in recorded.get("files", [])]
+    raise DataError(
+        f"{run_dir}: the run's vocabulary was learned from other training data "
+        f"({', '.join(changed) or 'data.vocabulary_size'} changed since) and its checkpoints index it; put "
+        "the original data back, or start afresh (--overwrite, or --run-dir a new folder)"
     )
