@@ -33,8 +33,10 @@ def check_callbacks(callbacks, optimizer):
     """The callbacks as a list, or a one-line refusal of one amptrain cannot honour."""
     import keras
 
-    rate = getattr(optimizer, "_learning_rate", None)
-    if optimizer is not None and isinstance(rate, (float, int)) or hasattr(rate, "numpy") and rate.shape == ():
+    # The rate the updates use (a LossScaleOptimizer's own is a placeholder 0: its inner one's);
+    # None without an optimizer; a schedule is not checked.
+    rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "_learning_rate", None)
+    if isinstance(rate, (float, int)) or (hasattr(rate, "numpy") and rate.shape == ()):
         if not 0 < float(rate) < float("inf"):  # NaN weights otherwise, diagnosed as an overflow of the data
             raise UserError(f"optimizer: learning_rate {float(rate)}; expected a finite number > 0")
     if isinstance(callbacks, keras.callbacks.Callback):
