@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+from tasks.test_language_model import write_tiny_corpus
 
 import amptrain
 from amptrain.engine.run_folder import ownership
@@ -15,38 +16,14 @@ from amptrain.errors import UserError
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KJV = os.path.join(ROOT, "data", "lm-kjv")
 
-CONFIG = """
-task = "language_model"
-[data]
-train = "{train}"
-vocabulary_size = 300
-max_length = 16
-[model]
-num_layers = 1
-hidden_dim = 16
-num_heads = 2
-intermediate_dim = 32
-dropout = 0.0
-[precision]
-policy = "float32"
-[runtime]
-jit_compile = false
-[train]
-steps = 2
-batch_size = 4
-log_every = 1
-eval_every = 2
-checkpoint_every = 2
-"""
-
 
 def users_folder(tmp_path):
-    """The user's folder: their config (lm.toml), corpus and notes; returns (folder, contents)."""
-    with open(os.path.join(KJV, "train.txt"), encoding="utf-8") as f:
-        (tmp_path / "corpus.txt").write_text(f.read(6_000), encoding="utf-8")
-    (tmp_path / "lm.toml").write_text(CONFIG.replace("{train}", str(tmp_path / "corpus.txt")))
+    """The user's folder: their config (tiny.toml), corpus (train.txt, dev.txt) and notes;
+    returns (folder, {name: bytes})."""
+    write_tiny_corpus(tmp_path)
     (tmp_path / "notes.md").write_text("mine\n")
-    return tmp_path, {name: (tmp_path / name).read_bytes() for name in ("corpus.txt", "lm.toml", "notes.md")}
+    names = ("train.txt", "dev.txt", "tiny.toml", "notes.md")
+    return tmp_path, {name: (tmp_path / name).read_bytes() for name in names}
 
 
 def intact(folder, contents):
@@ -57,11 +34,11 @@ def intact(folder, contents):
 def test_a_failed_fit_a_rerun_with_another_config_and_overwrite_leave_the_users_files(tmp_path):
     folder, contents = users_folder(tmp_path)
     with pytest.raises(UserError):  # fails before training: no such data file
-        amptrain.fit(str(folder / "lm.toml"), ["data.dev=missing.txt"], run_dir=str(folder))
+        amptrain.fit(str(folder / "tiny.toml"), ["data.dev=missing.txt"], run_dir=str(folder))
     assert intact(folder, contents)
-    amptrain.fit(str(folder / "lm.toml"), ["train.steps=1"], run_dir=str(folder))  # another config: started afresh
+    amptrain.fit(str(folder / "tiny.toml"), ["train.steps=1"], run_dir=str(folder))  # another config: started afresh
     assert intact(folder, contents) and (folder / "checkpoints").is_dir()
-    amptrain.fit(str(folder / "lm.toml"), run_dir=str(folder), overwrite=True)
+    amptrain.fit(str(folder / "tiny.toml"), run_dir=str(folder), overwrite=True)
     assert intact(folder, contents)
     assert json.loads((folder / ownership.MARKER).read_text()) == {"made_by": "amptrain"}
     ownership.empty(str(folder))
@@ -73,7 +50,7 @@ def test_overwrite_on_a_folder_that_is_not_a_run_deletes_nothing(tmp_path):
     (folder / "config.toml").write_text("# the user's own\n")
     (folder / "checkpoints").mkdir()
     with pytest.raises(UserError, match=r"not a run folder amptrain made, and it holds checkpoints, config.toml"):
-        amptrain.fit(str(folder / "lm.toml"), run_dir=str(folder), overwrite=True)
+        amptrain.fit(str(folder / "tiny.toml"), run_dir=str(folder), overwrite=True)
     assert intact(folder, contents) and (folder / "config.toml").read_text() == "# the user's own\n"
     assert (folder / "checkpoints").is_dir() and not (folder / ownership.MARKER).exists()
 
@@ -116,13 +93,13 @@ def test_corpora_and_token_files_are_used_only_for_what_they_were_made_from(tmp_
     from amptrain.errors import DataError
 
     folder, _ = users_folder(tmp_path)
-    good = (folder / "corpus.txt").read_text(encoding="utf-8")
+    good = (folder / "train.txt").read_text(encoding="utf-8")
     run = str(folder / "run")
-    (folder / "corpus.txt").write_text("", encoding="utf-8")
-    with pytest.raises(DataError, match=r"corpus.txt: nothing to learn a vocabulary from \(0 bytes"):
-        amptrain.fit(str(folder / "lm.toml"), run_dir=run)
-    (folder / "corpus.txt").write_text(good, encoding="utf-8")  # fixed: learned again, trains
-    amptrain.fit(str(folder / "lm.toml"), run_dir=run)
+    (folder / "train.txt").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.txt: nothing to learn a vocabulary from \(0 bytes"):
+        amptrain.fit(str(folder / "tiny.toml"), run_dir=run)
+    (folder / "train.txt").write_text(good, encoding="utf-8")  # fixed: learned again, trains
+    amptrain.fit(str(folder / "tiny.toml"), run_dir=run)
     with open(os.path.join(KJV, "dev.txt"), encoding="utf-8") as f:
         (folder / "a.txt").write_text(f.read(3000), encoding="utf-8")
     with open(os.path.join(KJV, "test.txt"), encoding="utf-8") as f:
@@ -134,6 +111,6 @@ def test_corpora_and_token_files_are_used_only_for_what_they_were_made_from(tmp_
     b = amptrain.evaluate(run, data=str(folder / "b.txt"))  # main: A's score again, or "no text"
     assert b["tokens"] != a["tokens"] and b == amptrain.evaluate(run, data=str(folder / "b.txt"))
     assert amptrain.evaluate(run, data=str(folder / "a.txt")) == a
-    (folder / "corpus.txt").write_text(good[:3000], encoding="utf-8")  # the run's vocabulary indexes the old
-    with pytest.raises(DataError, match=r"vocabulary was learned from other training data .*corpus.txt changed"):
-        amptrain.fit(str(folder / "lm.toml"), ["train.steps=3"], run_dir=run)
+    (folder / "train.txt").write_text(good[:3000], encoding="utf-8")  # the run's vocabulary indexes the old
+    with pytest.raises(DataError, match=r"vocabulary was learned from other training data .*train.txt changed"):
+        amptrain.fit(str(folder / "tiny.toml"), ["train.steps=3"], run_dir=run)

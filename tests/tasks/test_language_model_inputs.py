@@ -36,7 +36,7 @@ def test_a_token_file_is_remade_when_its_sources_change_or_it_is_damaged(tokeniz
     b.write_text("And the earth was without form\n", encoding="utf-8")
     path, framing = str(tmp_path / "tokens-data.bin"), ([1], [], [1])
     made_from = {"files": fingerprint([str(a)])}
-    count = corpus.write_tokens([str(a)], tokenizer, framing, path, made_from)
+    count = corpus.write_tokens([str(a)], tokenizer, framing, path, made_from)["count"]
     assert len(corpus.cached_tokens(path, made_from)) == count
     assert corpus.cached_tokens(path, {"files": fingerprint([str(b)])}) is None  # another file: not A's tokens
     a.write_text("In the beginning God created the heaven\n", encoding="utf-8")  # same path, newer content

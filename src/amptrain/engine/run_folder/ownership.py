@@ -6,10 +6,10 @@
 A user may point `--run-dir` at a folder that holds their own files (`--run-dir .` beside
 the config and the corpus). Emptying it must not take them: a run folder is emptied only
 of the names amptrain writes (`OWN`, `OWN_PATTERNS`), and only once the folder carries the
-mark `claim` leaves (`MARKER`), which also lists what was there before amptrain came: those
-entries are the user's, whatever their names. A folder without the mark that holds
-something with one of amptrain's names is refused, naming it: its `config.toml` or
-`checkpoints/` may be the user's own, and `fit` would write over them. A run folder made
+mark `claim` leaves (`MARKER`). A folder without the mark that holds something with one of
+amptrain's names is refused, naming it: its `config.toml` or `checkpoints/` may be the
+user's own, and `fit` would write over them; so whatever else a run folder holds, or is
+given later under other names, is the user's and stays. A run folder made
 before the mark existed is recognised by what only a run leaves (its saved config beside
 its log or its metrics) and marked then.
 """

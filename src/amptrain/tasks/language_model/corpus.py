@@ -3,8 +3,9 @@ that training reads a block at a time; nothing holds the whole corpus in memory.
 
     files = corpus_files("data/lm-kjv/train.txt")      # a file, a folder or a glob of files
     for text in documents(files): ...                  # a blank line or a file's end ends one
-    write_tokens(files, tokenizer, ([eod], [], [eod]), "RUN/tokens-train.bin", made_from)
+    record = write_tokens(files, tokenizer, ([eod], [], [eod]), "RUN/tokens-train.bin", made_from)
     tokens = cached_tokens("RUN/tokens-train.bin", made_from)   # a read-only memory map, or None
+    tokens = open_tokens("RUN/tokens-train.bin", record)        # the record `write_tokens` returned
 
 The token file is each document's pieces framed by the pieces before and after each, and
 after the last (the task's `framing`). amptrain's own model: `EOD d1 EOD d2 ... EOD`; the
@@ -110,7 +111,7 @@ def encode_documents(tokenizer, texts):
 def write_tokens(files, tokenizer, framing, path, made_from):
     """Tokenizes `files` a chunk of documents at a time into `path` (uint16 when the
     vocabulary fits, else uint32), written whole or not at all, with its record beside it
-    (`path`.json: `made_from`, the dtype, the count and the SHA-256); returns the count.
+    (`path`.json: `made_from`, the dtype, the count and the SHA-256); returns the record.
     `framing`: (the pieces before each document, after each, after the last)."""
     from amptrain.files import atomic_write, sha256
 
@@ -133,7 +134,7 @@ def write_tokens(files, tokenizer, framing, path, made_from):
         os.remove(path + RECORD)  # no record beside a file it does not describe, even for a moment
     os.replace(partial, path)
     atomic_write(path + RECORD, json.dumps(record, indent=1) + "\n")
-    return count
+    return record
 
 
 def _write_chunk(out, tokenizer, texts, framing, dtype):
@@ -167,4 +168,10 @@ def cached_tokens(path, made_from):
     except (OSError, ValueError, KeyError, TypeError) as error:
         logger.warning(f"{path}{RECORD}: unreadable ({error}); tokenizing again")
         return None
+    return open_tokens(path, record)
+
+
+def open_tokens(path, record):
+    """The token file at `path` that `record` describes, as a read-only memory map."""
+    dtype = np.dtype(record["dtype"])
     return np.memmap(path, dtype=dtype, mode="r") if record["count"] else np.zeros(0, dtype)

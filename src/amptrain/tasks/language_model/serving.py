@@ -78,9 +78,9 @@ class GeneratorModule(ServingModule):
         import dataclasses
 
         from amptrain.errors import UserError
-        from amptrain.tasks.language_model.generation import Settings, check
+        from amptrain.tasks.language_model.generation import KEYS, Settings, check
 
-        names = {f"generate.{f.name}": f.name for f in dataclasses.fields(Settings)}
+        names = {key: field.name for key, field in zip(KEYS, dataclasses.fields(Settings))}
         unknown = [key for key, _ in overrides if key not in names]
         if unknown:
             raise UserError(f"{', '.join(unknown)}: not a generation setting; expected one of {', '.join(names)}")

@@ -95,9 +95,9 @@ class LanguageModelTask(Task):
         }
         tokens = corpus.cached_tokens(path, made_from)
         if tokens is None:
-            count = corpus.write_tokens(files, self.tokenizer, self.framing, path, made_from)
-            logger.info(f"tokenized {name}: {count:,} pieces from {len(files)} file(s) into {path}")
-            tokens = corpus.cached_tokens(path, made_from)
+            record = corpus.write_tokens(files, self.tokenizer, self.framing, path, made_from)
+            logger.info(f"tokenized {name}: {record['count']:,} pieces from {len(files)} file(s) into {path}")
+            tokens = corpus.open_tokens(path, record)
         if len(tokens) < 2:
             raise DataError(f"{files[0]}: no text in the {name} split; expected documents of text")
         encoded = {"tokens": tokens, "tokens_total": len(tokens), "bytes": corpus.corpus_bytes(files)}
