@@ -106,8 +106,11 @@ def _claim(target, overwrite):
         raise UserError(f"{target}: this export version exists; pass --overwrite to replace it, or --version N")
     from amptrain.serving.served import METADATA_FILE
 
-    if os.path.exists(target) and not os.path.isfile(os.path.join(target, METADATA_FILE)):
-        # --overwrite replaces an export amptrain wrote, never a folder of the user's.
+    replaceable = os.path.isdir(target) and (
+        not os.listdir(target) or os.path.isfile(os.path.join(target, METADATA_FILE))
+    )
+    if os.path.exists(target) and not replaceable:
+        # --overwrite replaces an export amptrain wrote (or an empty folder), never the user's files.
         raise UserError(
             f"{target}: exists and is not an amptrain export (no {METADATA_FILE}); it is left as it is: "
             "pass --out or --version for a new folder"
