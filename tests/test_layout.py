@@ -64,7 +64,7 @@ LAYERS = [
     {"data", "metrics", "models", "precision", "distribute", "hardware", "serving"},
     {"tasks", "engine"},
     {"exports", "bench", "doctor", "launch", "api", "trainer"},
-    {"cli", "__init__", "__main__"},
+    {"commands", "cli", "__init__", "__main__"},
 ]
 APART = {("tasks", "engine"), ("engine", "tasks")}  # the engine knows no task, a task no engine
 # The one module that may import an amptrain module named by a string: the config names its

@@ -324,16 +324,15 @@ def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=()
     own settings else. `run_dir` may also be a pretrained language model's folder (GPT-2,
     Llama 3, Qwen2, Gemma: `exports.pretrained_folder`), continuing the texts before any
     fine-tuning, under `precision` (float32, bfloat16, float16; float32 unless named)."""
-    from amptrain.serving.served import find_export, predict_export
+    return predictor(run_dir, skip_blank, trust_run_code, overrides, precision)(list(texts))
 
-    exported = find_export(run_dir)
-    if exported is not None:
-        return predict_export(exported, texts, skip_blank, trust_run_code, overrides, precision)
-    task, model, predict_fn, _ = load_run(run_dir, (), trust_run_code, overrides, precision)
-    texts = list(texts)
-    if skip_blank and not task.keeps_blank_lines:
-        texts = [t for t in texts if t.strip()]
-    return task.predict_texts(texts, model, predict_fn)
+
+def predictor(run_dir, skip_blank=False, trust_run_code=False, overrides=(), precision=None):
+    """`predict` with the model (or the export) loaded once: a callable texts -> records, whose
+    `task_class` is the Task subclass that makes them."""
+    from amptrain.serving.streaming import predictor as streaming_predictor
+
+    return streaming_predictor(run_dir, skip_blank, load_run, trust_run_code, overrides, precision)
 
 
 def export(

@@ -156,7 +156,7 @@ def test_predict_input_streams_records_and_shows_progress(trained):
     from amptrain.serving.streaming import predict_lines
 
     progress = io.StringIO()
-    records = predict_lines(str(trained[1]), lines(), amptrain.api.load_run, chunk_lines=8, stream=progress)
+    records = predict_lines(amptrain.api.predictor(str(trained[1]), True), lines(), chunk_lines=8, stream=progress)
     first = next(records)
     assert first["text"] == "text number 0" and len(pulled) == 8  # main: every line read before any record
     assert len([first, *records]) == 40
@@ -176,8 +176,8 @@ def test_predict_input_refuses_a_line_past_the_limit_and_says_when_every_line_wa
     blank = tmp_path / "blank.txt"
     blank.write_text("\n  \n\t\n")
     progress = io.StringIO()
-    records = list(streaming.predict_lines(str(trained[1]), streaming.read_text_lines(str(blank)),
-                                           amptrain.api.load_run, stream=progress))  # fmt: skip
+    predictor = amptrain.api.predictor(str(trained[1]), skip_blank=True)
+    records = list(streaming.predict_lines(predictor, streaming.read_text_lines(str(blank)), stream=progress))
     assert records == [] and progress.getvalue() == "predict: 3 lines, all blank: no record (blank lines are skipped)\n"
 
 

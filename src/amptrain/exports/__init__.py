@@ -49,9 +49,10 @@ def export_run(
         from amptrain.serving.onnx import require_onnx
 
         require_onnx()  # before TensorFlow loads: a missing extra is one line at once
+        from amptrain.config.files import task_class_of
         from amptrain.serving.served import serving_class
 
-        module_class = serving_class(config.task, config.task_path)
+        module_class = serving_class(task_class_of(config), config.task, config.task_path)
         if not module_class.converts_to_onnx:
             raise UserError(f"{run_dir}: {module_class.onnx_refusal}; leave out --format onnx")
     target = os.path.join(out or default_out(run_dir, fmt), str(version))
@@ -125,7 +126,7 @@ def serving_module(task, model):
     """The task's serving module (`Task.serving_module`) over `model`."""
     from amptrain.serving.served import serving_class
 
-    return serving_class(task.config.task, task.config.task_path)(task, model)
+    return serving_class(type(task), task.config.task, task.config.task_path)(task, model)
 
 
 def save_saved_model(module, path):

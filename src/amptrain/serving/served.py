@@ -1,7 +1,7 @@
 """An export read back: `amptrain predict EXPORT_DIR` runs its SavedModel, not amptrain's model.
 
     path = find_export("runs/classify-spam/export")   # its newest version folder, or None
-    predict_export(path, ["see you at lunch"])        # the same records as `amptrain predict RUN`
+    export_predictor(path)(["see you at lunch"])      # the same records as `amptrain predict RUN`
 
 Loading is TensorFlow's `tf.saved_model.load` (with TensorFlow Text's ops registered):
 no model is built and nothing is compiled beyond the saved graph; each call runs the
@@ -45,16 +45,12 @@ def read_metadata(path):
         raise UserError(f"{path}: no readable {METADATA_FILE}; expected a folder made by `amptrain export`") from None
 
 
-def predict_export(path, texts, skip_blank=False, trust=False, overrides=(), precision=None):
-    """One record a text, as `api.predict` makes them from a run (classification:
-    probabilities rounded to 6 decimals)."""
-    return export_predictor(path, skip_blank, trust, overrides, precision)(texts)
-
-
 def export_predictor(path, skip_blank=False, trust=False, overrides=(), precision=None):
-    """`predict_export` with the SavedModel loaded once: a callable texts -> records (for
-    `predict --input`, which calls it a chunk of lines at a time). `overrides`: settings the
-    export takes (a language model's `generate.*`), refused in one line where it takes none."""
+    """The SavedModel loaded once: a callable texts -> records, as `api.predict` makes them from
+    a run (classification: probabilities rounded to 6 decimals), with the export's Task class
+    as its `task_class` (`predict --input` calls it a chunk of lines at a time). `overrides`:
+    settings the export takes (a language model's `generate.*`), refused in one line where
+    it takes none."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer's ops before loading)
 
@@ -64,19 +60,22 @@ def export_predictor(path, skip_blank=False, trust=False, overrides=(), precisio
         raise UserError(f"{path}: --precision is for a pretrained folder; an export answers in the one it was made in")
     overrides = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     metadata = read_metadata(path)
-    module_class = serving_class(metadata["task"], metadata.get("task_path", ""), carried_by=path, trust=trust)
+    task_class = exported_task(metadata, carried_by=path, trust=trust)
+    module_class = serving_class(task_class, metadata["task"], metadata.get("task_path", ""))
     serve = module_class.answer(load_saved_model(path), metadata, overrides)
     records = module_class.records
+    keeps_blank_lines = metadata.get("keeps_blank_lines", task_class.keeps_blank_lines)  # older exports: the class's
 
     def predict(texts):
         texts = list(texts)
-        if skip_blank and not metadata.get("keeps_blank_lines", metadata["task"] == "translation"):
+        if skip_blank and not keeps_blank_lines:
             texts = [t for t in texts if t.strip()]
         if not texts:
             return []
         outputs = {k: v.numpy() for k, v in serve(tf.constant(texts, tf.string)).items()}
         return records(texts, outputs, metadata)
 
+    predict.task_class = task_class
     return predict
 
 
@@ -96,18 +95,25 @@ def load_saved_model(path):
         ) from None
 
 
-def serving_class(task, task_path="", carried_by=None, trust=False):
-    """The serving module class of `task` (a registry name or a task class by import path):
-    the task names it (`Task.serving_module`). A task without one cannot be exported.
-    `carried_by`, `trust`: the folder that named the task, as `registry.task_class` takes them."""
+def exported_task(metadata, carried_by=None, trust=False):
+    """The Task subclass an export's metadata names; `carried_by`, `trust`: the folder that
+    named it, as `registry.task_class` takes them."""
     from amptrain import registry
 
-    search = [task_path] if task_path else []
-    module_class = registry.task_class(task, search, carried_by=carried_by, trust=trust).serving_module
+    task_path = metadata.get("task_path", "")
+    return registry.task_class(metadata["task"], [task_path] if task_path else [], carried_by=carried_by, trust=trust)
+
+
+def serving_class(task_class, task, task_path=""):
+    """The serving module class of `task_class` (named `task` in the config): the task names
+    it (`Task.serving_module`). A task without one cannot be exported."""
+    from amptrain import registry
+
+    module_class = task_class.serving_module
     if module_class is None:
         raise UserError(
             f"task {task!r} has no serving module (its Task.serving_module is None), so it cannot be exported"
         )
     if isinstance(module_class, str):  # a user's task may still name it "module:Class"
-        return registry.import_object(module_class, search, what="serving module")
+        return registry.import_object(module_class, [task_path] if task_path else [], what="serving module")
     return module_class

@@ -1,7 +1,8 @@
 """`amptrain predict --input FILE`: records written as each chunk of lines is computed, with
 progress on stderr, the model loaded once.
 
-    for record in predict_lines("runs/classify-spam", read_text_lines("texts.txt"), api.load_run):
+    predict = predictor("runs/classify-spam", True, api.load_run)   # the model loaded once
+    for record in predict_lines(predict, read_text_lines("texts.txt")):
         print(json.dumps(record))
 
 Predicting the whole file in one call held every record until the end (20,000 lines: 15.6 s
@@ -76,7 +77,9 @@ def _chunks(lines, size):
 
 def predictor(run_dir, skip_blank, load_run, trust=False, overrides=(), precision=None):
     """texts -> records with the run's best checkpoint (`load_run`: `api.load_run`, handed down
-    so that serving imports nothing above it) or the export's SavedModel, built once."""
+    so that serving imports nothing above it) or the export's SavedModel, built once. Its
+    `task_class` is the Task subclass that made the records (how they print: `printed_field`).
+    `skip_blank`: blank texts are left out, unless the task keeps them (`keeps_blank_lines`)."""
     from amptrain.serving.served import export_predictor, find_export
 
     exported = find_export(run_dir)
@@ -89,25 +92,16 @@ def predictor(run_dir, skip_blank, load_run, trust=False, overrides=(), precisio
             texts = [t for t in texts if t.strip()]
         return task.predict_texts(texts, model, predict_fn) if texts else []
 
+    predict.task_class = type(task)
     return predict
 
 
-def predict_lines(
-    run_dir,
-    lines,
-    load_run,
-    skip_blank=True,
-    chunk_lines=CHUNK_LINES,
-    stream=None,
-    trust=False,
-    overrides=(),
-    precision=None,
-):
-    """Yields one record a line of `lines` (blank ones skipped, except by translation), a
-    chunk at a time; progress (lines done, lines/s) goes to `stream` (stderr)."""
+def predict_lines(predict, lines, chunk_lines=CHUNK_LINES, stream=None):
+    """Yields one record a line of `lines` (blank ones skipped, except by a task that keeps
+    them: `predictor`'s `skip_blank`), a chunk at a time through `predict` (a `predictor`);
+    progress (lines done, lines/s) goes to `stream` (stderr)."""
     stream = stream if stream is not None else sys.stderr
     interactive = stream.isatty()
-    predict = predictor(run_dir, skip_blank, load_run, trust, overrides, precision)
     started = shown = time.time()
     done = written = 0
     for chunk in _chunks(lines, chunk_lines):

@@ -62,6 +62,9 @@ class Task(abc.ABC):
     higher_is_better = True  # of primary_metric
     predictions_suffix = ".jsonl"  # of `predictions-test`, which the final evaluation writes
     keeps_blank_lines = False  # `predict --input`: blank lines are skipped (translation keeps them)
+    # The record key `amptrain predict` prints alone, a line a record (translation's text, a
+    # language model's continuation); None: each record as one JSON line (and with --json)
+    printed_field = None
     formats = ("auto",)  # the `data.format` values it reads ("auto": from the file's extension)
     config_sections = {}  # its own config sections: {name: frozen dataclass}, read as config.NAME
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)

@@ -50,6 +50,7 @@ class LanguageModelTask(Task):
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
     serving_module = GeneratorModule
+    printed_field = "generated"  # `predict` prints the continuation alone (--json: the record)
     pretrained_kind = "causal"
 
     def __init__(self, config, run_dir):

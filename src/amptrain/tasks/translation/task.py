@@ -78,6 +78,7 @@ class TranslationTask(TextTask):
     default_lowercase = False  # BLEU is case-sensitive
     predictions_suffix = ".tsv"
     keeps_blank_lines = True  # `predict --input`: a blank line translates to a blank line
+    printed_field = "translation"  # `predict` prints the translation alone (--json: the record)
     # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
     # (target), aligned line by line; auto: parallel when data.train_target is set
     formats = ("auto", "tsv", "parallel")

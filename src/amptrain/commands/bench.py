@@ -1,4 +1,4 @@
-"""`amptrain bench` from parsed arguments: the grid, the run, the table, `--max-batch`.
+"""`amptrain bench CONFIG`: its arguments, the grid, the run, the table, `--max-batch`.
 
     amptrain bench configs/classify-spam.toml --steps 30 --repeats 3
     amptrain bench configs/classify-spam.toml --precisions float32,mixed_bfloat16 --jit on \\
@@ -7,6 +7,7 @@
 
 import os
 
+from amptrain.commands.options import add_set_option
 from amptrain.errors import UserError
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -56,7 +57,37 @@ def grid_from_args(args):
     )
 
 
-def bench(args):
+def add(commands):
+    bench = commands.add_parser(
+        "bench", help="time training per precision, XLA and steps per execution; MFU, memory, speed-ups"
+    )
+    bench.add_argument("config", help="a TOML config, e.g. configs/classify-spam.toml")
+    add_set_option(bench)
+    bench.add_argument("--precisions", default="float32,mixed_bfloat16,mixed_float16", help="comma-separated policies")
+    bench.add_argument(
+        "--jit", default="off,on", help='XLA settings to try: off,on,fusible (jit_compile false, true, "fusible")'
+    )
+    bench.add_argument("--steps-per-execution", default="1,20", help="comma-separated integers")
+    bench.add_argument("--batch-sizes", default="", help="comma-separated global batch sizes (default: the config's)")
+    bench.add_argument("--steps", type=int, default=30, help="timed steps a repeat (default 30)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed repeats a combination (default 3)")
+    bench.add_argument(
+        "--data",
+        choices=("real", "synthetic"),
+        default="real",
+        help="real: the task's input pipeline; synthetic: one real batch of the longest bucket, from memory",
+    )
+    bench.add_argument("--run-dir", help="results go to RUN_DIR/bench (default: runs/<config name>)")
+    bench.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="also find the largest batch that fits, per precision (doubling, then bisection)",
+    )
+    bench.add_argument("--memory-limit", help="for --max-batch on a CPU: the peak resident memory allowed, e.g. 8GiB")
+    bench.set_defaults(run=run)
+
+
+def run(args):
     from amptrain import config as config_lib
     from amptrain.bench import report
     from amptrain.bench.memory_plan import parse_memory

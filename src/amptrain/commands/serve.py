@@ -1,8 +1,8 @@
-"""`amptrain serve` on the command line: its arguments and their checks, made before
-TensorFlow loads (the CLI, `amptrain/cli.py`, adds it to its commands as it adds bench's)."""
+"""`amptrain serve EXPORT`: TF Serving's REST API over an export, batching across requests; its
+arguments are checked before TensorFlow loads (`serving/server.py` does the serving)."""
 
 
-def add_serve(commands):
+def add(commands):
     """`amptrain serve`'s arguments, on the CLI's subcommands."""
     serve = commands.add_parser(
         "serve",
@@ -36,10 +36,10 @@ def add_serve(commands):
     serve.add_argument(
         "--body-timeout", type=float, default=30.0, help="answer 408 to a body that takes longer (default 30 s)"
     )
-    serve.set_defaults(run=serve_command)
+    serve.set_defaults(run=run)
 
 
-def serve_command(args):
+def run(args):
     """`amptrain serve`: the arguments checked (before TensorFlow loads), then `server.run`."""
     from amptrain.errors import UserError
 
