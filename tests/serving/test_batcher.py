@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from amptrain.serving.batcher import Batcher, own_rows
+from amptrain.tasks.ner.serving import TaggerModule
 
 
 class Model:
@@ -110,11 +111,12 @@ def test_a_request_keeps_its_own_padding():
         "entity_texts": np.array([["a", fill], [fill, fill], ["d", "e f"]], dtype=object),
         "num_entities": np.array([1, 0, 2]),
     }
-    first = own_rows(outputs, 0, 2)  # as the two would come back unbatched: 2 words, 1 entity wide
+    padded_by = TaggerModule.padded_by  # the tagger's
+    first = own_rows(outputs, 0, 2, padded_by)  # as the two would come back unbatched: 2 words, 1 entity wide
     assert first["words"].tolist() == [["a", "b"], ["c", fill]] and first["word_starts"].shape == (2, 2)
     assert first["entity_texts"].tolist() == [["a"], [fill]]
-    assert own_rows(outputs, 1, 2)["entity_texts"].shape == (1, 0)
-    assert own_rows(outputs, 2, 3)["words"].tolist() == [["d", "e", "f"]]
+    assert own_rows(outputs, 1, 2, padded_by)["entity_texts"].shape == (1, 0)
+    assert own_rows(outputs, 2, 3, padded_by)["words"].tolist() == [["d", "e", "f"]]
 
 
 def test_settings_are_checked():

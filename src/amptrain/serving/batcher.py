@@ -11,8 +11,8 @@ call at a time: requests that come while it runs make the next batch. A request 
 texts than `max_batch_size` is never split: it runs alone, in one call. A call that fails is
 made again a request at a time, so that only the request that failed it gets the error. Each request gets
 its own rows back, and its own padding: the tagger pads a batch's words and entities to the
-batch's most, and `own_rows` cuts a request's rows back to its own most, so that a
-response never depends on what it was batched with.
+batch's most (`padded_by`: its serving module's), and `own_rows` cuts a request's rows back
+to its own most, so that a response never depends on what it was batched with.
 """
 
 import asyncio
@@ -20,12 +20,6 @@ import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-# The tagger's padded outputs (tasks/ner/serving.py), each cut to the request's largest count.
-PADDED_BY = {
-    "num_words": ("words", "word_starts", "word_ends", "tags"),
-    "num_entities": ("entity_types", "entity_texts", "entity_starts", "entity_ends"),
-}
 
 
 @dataclass
@@ -36,11 +30,12 @@ class _Waiting:
 
 
 class Batcher:
-    def __init__(self, run, max_batch_size=32, max_wait_ms=5.0, on_batch=None):
+    def __init__(self, run, max_batch_size=32, max_wait_ms=5.0, on_batch=None, padded_by=None):
         if max_batch_size < 1 or max_wait_ms < 0:
             raise ValueError(f"max_batch_size {max_batch_size}, max_wait_ms {max_wait_ms}: expected >= 1 and >= 0")
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000
         self._run, self._on_batch = run, on_batch  # on_batch(texts in the call, seconds it took)
+        self._padded_by = padded_by or {}  # {count output: padded outputs} (`ServingModule.padded_by`)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="amptrain-model")
         self._pending, self._pending_texts = collections.deque(), 0
         self._busy = False  # a batch's call is running
@@ -129,14 +124,15 @@ class Batcher:
         for waiting in batch:
             stop = start + len(waiting.texts)
             if not waiting.future.done():  # a client that went away leaves a cancelled future
-                waiting.future.set_result(own_rows(outputs, start, stop))
+                waiting.future.set_result(own_rows(outputs, start, stop, self._padded_by))
             start = stop
 
 
-def own_rows(outputs, start, stop):
-    """Rows `start:stop` of a batch's outputs, each padded output cut to those rows' most."""
+def own_rows(outputs, start, stop, padded_by):
+    """Rows `start:stop` of a batch's outputs, each padded output cut to those rows' most
+    (`padded_by`: {count output: the outputs it pads})."""
     rows = {name: array[start:stop] for name, array in outputs.items()}
-    for count, padded in PADDED_BY.items():
+    for count, padded in padded_by.items():
         if count in rows:
             width = int(rows[count].max()) if len(rows[count]) else 0
             for name in padded:

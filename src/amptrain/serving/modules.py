@@ -21,6 +21,10 @@ class ServingModule(tf.Module):
 
     converts_to_onnx = True  # its token-ids graph converts (`amptrain export --format onnx`)
     onnx_refusal = ""  # why not, when it does not
+    # {count output: (outputs padded to the batch's largest count)}: the server cuts each
+    # request's rows back to its own largest (`serving.batcher.own_rows`); the export's metadata
+    # records it
+    padded_by = {}
 
     def __init__(self, model):
         super().__init__()
@@ -59,4 +63,7 @@ class ServingModule(tf.Module):
 
     def describe(self):
         """What the export's metadata file says of the signatures beyond their specs."""
-        return {"signatures": {SERVING_DEFAULT: "raw strings", SERVING_IDS: "token ids"}}
+        return {
+            "signatures": {SERVING_DEFAULT: "raw strings", SERVING_IDS: "token ids"},
+            "padded_by": {count: list(names) for count, names in self.padded_by.items()},
+        }

@@ -60,7 +60,19 @@ class Servable:
         self._tf = tf
         self.ids = self.id_signatures()
         self.run(["warm up"])  # the first request does not pay for the graph's first run
-        self.batcher = Batcher(self.run, on_batch=on_batch, **batching)
+        self.batcher = Batcher(self.run, on_batch=on_batch, padded_by=self.padded_by(), **batching)
+
+    def padded_by(self):
+        """The export's padded outputs (its metadata; an older export's: its built-in task's
+        serving module, as a user's task then had none)."""
+        if "padded_by" in self.metadata:
+            return self.metadata["padded_by"]
+        from amptrain import registry
+
+        task = self.metadata.get("task")
+        if not registry.is_builtin(task):
+            return {}
+        return registry.task_class(task).serving_module.padded_by
 
     def run(self, texts):
         """{output name: numpy array, a row a text} of `serving_default` on `texts`."""

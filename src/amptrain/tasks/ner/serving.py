@@ -48,6 +48,11 @@ def word_pattern():
 
 
 class TaggerModule(ServingModule):
+    padded_by = {  # the outputs padded to the batch's most words and entities
+        "num_words": ("words", "word_starts", "word_ends", "tags"),
+        "num_entities": ("entity_types", "entity_texts", "entity_starts", "entity_ends"),
+    }
+
     def __init__(self, task, model):
         super().__init__(model)
         self._tokenizer = task.tokenizer
