@@ -273,13 +273,19 @@ def load_run(run_dir, split_names, trust_run_code=False, overrides=(), precision
 
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.step_runner import StepRunner
-    from amptrain.exports.loading import load_config
-    from amptrain.exports.pretrained_folder import is_pretrained_folder, load_pretrained
+    from amptrain.exports.loading import load_config, pretrained_policy
     from amptrain.precision import probe
     from amptrain.tasks import create_task
+    from amptrain.tasks.language_model.pretrained_folder import is_pretrained_folder, load_pretrained
 
     if is_pretrained_folder(run_dir):
-        return load_pretrained(run_dir, overrides, precision)
+        task, model, weights = load_pretrained(run_dir, overrides, pretrained_policy(precision))
+        return (
+            task,
+            model,
+            StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=False).predict,
+            weights,
+        )
     if precision is not None:
         raise UserError(f"{run_dir}: --precision is for a pretrained folder; a run predicts in its own")
     config = load_config(run_dir, overrides, splits=split_names, trust=trust_run_code)  # data files: those read
@@ -322,7 +328,7 @@ def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=()
     (`export`): its SavedModel then answers, and no model is built. `trust_run_code`: as
     `load_run`'s; `overrides`: how to continue or decode (`generate.temperature=0.8`), a run's
     own settings else. `run_dir` may also be a pretrained language model's folder (GPT-2,
-    Llama 3, Qwen2, Gemma: `exports.pretrained_folder`), continuing the texts before any
+    Llama 3, Qwen2, Gemma: `tasks/language_model/pretrained_folder.py`), continuing the texts before any
     fine-tuning, under `precision` (float32, bfloat16, float16; float32 unless named)."""
     return predictor(run_dir, skip_blank, trust_run_code, overrides, precision)(list(texts))
 

@@ -14,8 +14,8 @@ import amptrain
 from amptrain.config import load_config
 from amptrain.config.pretrained import read_checkpoint
 from amptrain.errors import ConfigError
-from amptrain.models.families import family_of
-from amptrain.models.lora import adapters, apply_lora, merge_lora
+from amptrain.tasks.language_model.families import family_of
+from amptrain.tasks.language_model.lora import adapters, apply_lora, merge_lora
 from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
 FAMILIES = ["gpt2", "llama3", "qwen2", "gemma"]

@@ -16,7 +16,6 @@ from pretrained.test_causal import FAMILIES, folder, reference
 import amptrain
 from amptrain.engine.run_log import read_metrics
 from amptrain.errors import Interrupted
-from amptrain.exports.pretrained_folder import load_pretrained
 
 pytestmark = pytest.mark.slow
 KJV = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data", "lm-kjv")
@@ -70,7 +69,7 @@ def lora_run(lora_folder):
 
 
 def test_lora_lowers_dev_bits_per_byte_from_the_folders_own(lora_folder, lora_run):
-    task, model, predict, _ = load_pretrained(folder("llama3"), [("data.max_length", 64)])
+    task, model, predict, _ = amptrain.api.load_run(folder("llama3"), (), overrides=[("data.max_length", 64)])
     task.add_split("dev", str(lora_folder / "dev.txt"))
     before = task.evaluate("dev", model, predict)["bits_per_byte"]
     evals = [r for r in read_metrics(lora_run / "metrics.jsonl") if r["kind"] == "eval" and r["split"] == "dev"]
@@ -124,7 +123,7 @@ def test_the_graph_tokenizer_gives_tokenizer_json_ids(family):
     """Digit runs, whitespace runs, special pieces in the text, Unicode spaces, accents, an
     emoji, contractions; and 200 lines of the shipped dev text."""
     from amptrain.config.pretrained import read_checkpoint
-    from amptrain.models.families import family_of
+    from amptrain.tasks.language_model.families import family_of
 
     checkpoint = read_checkpoint(folder(family))
     tokenizer = family_of(checkpoint).tokenizer(checkpoint)

@@ -120,7 +120,7 @@ class TrainConfig:
     head_learning_rate: float = 0.0
     layer_decay: float = 1.0
     # language_model with model.pretrained: > 0 freezes the pretrained weights and trains
-    # low-rank adapters of this rank on the projections named in lora_targets (models/lora.py),
+    # low-rank adapters of this rank on the projections named in lora_targets (tasks/language_model/lora.py),
     # each scaled by lora_alpha / lora_rank (lora_alpha 0: 1); 0 trains every weight
     lora_rank: int = 0
     lora_alpha: float = 0.0

@@ -18,6 +18,14 @@ PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mi
 CHECKPOINTS = ("best", "latest")
 
 
+def pretrained_policy(precision):
+    """The policy of `predict --precision` on a pretrained folder (float32 unless named)."""
+    precision = precision or "float32"
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision: expected one of {', '.join(PRECISIONS)}, received {precision!r:.40}")
+    return PRECISIONS[precision]
+
+
 def load_config(run_dir, overrides=(), splits=(), trust=False):
     """The run's saved config with `overrides` (`--set decode.beam_size=…`) applied. Its data
     files need not exist (a run folder moved to another machine predicts and exports from

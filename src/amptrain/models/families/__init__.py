@@ -11,24 +11,17 @@ Adding a family is one file here, its line below and there, and its tests.
 | distilbert    | DistilBertBackbone  | vocab.txt                 |
 | albert        | AlbertBackbone      | spiece.model              |
 
-Causal language models (the language-model task; `base.CausalFamily`, the tokenizer
-`causal_tokenizer.HubPieces` on the folder's tokenizer.json):
-
-| `model_type`  | keras-hub backbone  | converter        |
-|---------------|---------------------|------------------|
-| gpt2          | GPT2Backbone        | convert_gpt2     |
-| llama         | Llama3Backbone      | convert_llama3   |
-| qwen2         | QwenBackbone        | convert_qwen     |
-| gemma         | GemmaBackbone       | convert_gemma    |
+A causal language model's family (GPT-2, Llama 3, Qwen2, Gemma) is the language-model task's
+own: `tasks/language_model/families/`. `loading.py` (keras-hub's conversion) and
+`tokenizers.py` (byte-level BPE) serve both.
 """
 
-from amptrain.models.families import albert, bert, distilbert, gemma, gpt2, llama3, qwen2, roberta, xlm_roberta
+from amptrain.models.families import albert, bert, distilbert, roberta, xlm_roberta
 
 ENCODERS = (bert, roberta, xlm_roberta, distilbert, albert)
-CAUSAL = (gpt2, llama3, qwen2, gemma)
-FAMILIES = {m.FAMILY.model_type: m.FAMILY for m in ENCODERS + CAUSAL}
+FAMILIES = {m.FAMILY.model_type: m.FAMILY for m in ENCODERS}
 
 
 def family_of(checkpoint):
-    """The adapter of a `config.pretrained.Checkpoint`."""
+    """The adapter of an encoder's `config.pretrained.Checkpoint`."""
     return FAMILIES[checkpoint.model_type]

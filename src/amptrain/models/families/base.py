@@ -1,4 +1,5 @@
-"""What one pretrained family is to amptrain (`Family`), and the pieces the families share.
+"""What one pretrained encoder family is to amptrain (`Family`), and the pieces the families
+share (a causal language model's: `tasks/language_model/families/`).
 
     family = FAMILIES["roberta"]
     family.backbone, family.pad_id                           # "RobertaBackbone", 1
@@ -36,51 +37,3 @@ class Family:
 
 def bert_layers(encoder):
     return [encoder.get_layer(f"transformer_layer_{i}") for i in range(encoder.num_layers)]
-
-
-@dataclasses.dataclass(frozen=True)
-class CausalFamily:
-    """A decoder-only language model's family (the language-model task's `model.pretrained`):
-    keras-hub's backbone and converter, the corrections its converter needs against
-    `transformers` (`backbone_arguments`: the backbone's keyword arguments from config.json),
-    and how its decoder layers run on amptrain's masks and caches (`tasks/language_model/pretrained.py`).
-    The tokenizer is the folder's `tokenizer.json` (`families.causal_tokenizer`), for every family."""
-
-    model_type: str  # config.json's `model_type`
-    backbone: str  # the keras-hub backbone class (keras_hub.models.<backbone>)
-    converter: str  # its Hugging Face converter (keras_hub.src.utils.transformers.<converter>)
-    # (config.json's dict) -> keyword arguments that correct what the converter reads
-    backbone_arguments: Callable = lambda config: {}
-    embedding_scale: bool = False  # Gemma: the token embedding times sqrt(hidden)
-    # (decoder layer, x, keep, training) -> x: `keep` bool (batch, query, key), causal and same-document
-    run_layer: Callable = None
-    # (decoder layer, x, cache, index) -> (x, cache): one position over the layer's cache
-    run_cached: Callable = None
-    # LoRA's target names (`train.lora_targets`) -> the sub-layer of a decoder layer, by attribute path
-    projections: dict = dataclasses.field(default_factory=dict)
-
-    def tokenizer(self, checkpoint):
-        from amptrain.models.families.causal_tokenizer import HubPieces
-
-        return HubPieces.from_checkpoint(checkpoint)
-
-
-def llama_layer(layer, x, keep, training):
-    """Llama's and Qwen2's decoder layers: `keep` is their attention mask (they add the causal part)."""
-    return layer(x, decoder_attention_mask=keep, training=training)
-
-
-def decoder_cached(layer, x, cache, index):
-    """One position of a keras-hub decoder layer over its cache (GPT-2's, Llama's, Qwen2's)."""
-    return layer(x, self_attention_cache=cache, self_attention_cache_update_index=index)
-
-
-DECODER_PROJECTIONS = {
-    "query": "_self_attention_layer._query_dense",
-    "key": "_self_attention_layer._key_dense",
-    "value": "_self_attention_layer._value_dense",
-    "output": "_self_attention_layer._output_dense",
-    "gate": "_feedforward_gate_dense",
-    "up": "_feedforward_intermediate_dense",
-    "down": "_feedforward_output_dense",
-}

@@ -19,9 +19,9 @@ or the untied output layer.
 import keras
 from keras import ops
 
-from amptrain.models.families import family_of
 from amptrain.models.families.loading import load_backbone
 from amptrain.models.islands import float32_island
+from amptrain.tasks.language_model.families import family_of
 from amptrain.tasks.language_model.model import TiedLogits
 
 BACKBONE_NAME = "pretrained_decoder"
@@ -47,11 +47,11 @@ class PretrainedLanguageModel(keras.Model):
 
     def checkpoint_view(self):
         """What the run's checkpoints hold of this model: all of it, or with adapters
-        (`models/lora.py`) the adapters and the base weights' hash (`base_weights`, set by the task)."""
+        (`lora.py`) the adapters and the base weights' hash (`base_weights`, set by the task)."""
         if not getattr(self, "lora", None):
             return self
         if getattr(self, "_view", None) is None:
-            from amptrain.models.lora import checkpoint_view
+            from amptrain.tasks.language_model.lora import checkpoint_view
 
             self._view = checkpoint_view(self, getattr(self, "base_weights", ""))
         return self._view

@@ -30,7 +30,7 @@ class GeneratorModule(ServingModule):
 
     def __init__(self, task, model):
         if getattr(model, "lora", None):  # the adapters merged into the weights they adapt
-            from amptrain.models.lora import merge_lora
+            from amptrain.tasks.language_model.lora import merge_lora
 
             merge_lora(model)
         super().__init__(model)

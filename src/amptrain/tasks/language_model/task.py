@@ -19,7 +19,7 @@ With `model.pretrained` (a GPT-2, Llama 3, Qwen2 or Gemma folder: `pretrained.py
 model and its tokenizer are the checkpoint's, and a document is framed as its tokenizer
 frames a text: its start pieces (Llama 3's `<|begin_of_text|>`; none for GPT-2), its pieces,
 its end piece; a new document starts after an end piece. `train.lora_rank` trains low-rank
-adapters only (models/lora.py).
+adapters only (lora.py).
 """
 
 import dataclasses
@@ -116,7 +116,7 @@ class LanguageModelTask(Task):
         size (`vocabulary.RECORD`). `training`: fit is about to train, so a vocabulary learned
         from other files is learned again, or refused once checkpoints index it."""
         if self.checkpoint is not None:
-            from amptrain.models.families import family_of
+            from amptrain.tasks.language_model.families import family_of
 
             self.base_weights = record_pretrained(self.checkpoint, self.run_dir)
             return family_of(self.checkpoint).tokenizer(self.checkpoint)
@@ -254,7 +254,7 @@ class LanguageModelTask(Task):
 
         d = self.config.data
         if self.checkpoint is not None:
-            from amptrain.models.lora import apply_lora
+            from amptrain.tasks.language_model.lora import apply_lora
             from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
             model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout, dtype)

@@ -8,7 +8,7 @@ Corrected: keras-hub's converter builds every RMS norm at 1e-6 (Llama 3's is 1e-
 length rotate otherwise); both are passed to the backbone from config.json here.
 """
 
-from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
+from amptrain.tasks.language_model.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
 
 
 def backbone_arguments(config):

@@ -2,8 +2,8 @@
 Qwen2, Gemma as `transformers` saves them): what the checkpoint does before any fine-tuning,
 with the same `[generate]` options as a run's predict.
 
-    task, model, predict, weights = load_pretrained("tests/pretrained/tiny-llama3", ["generate.max_new_tokens=20"])
-    task.predict_texts(["In the beginning"], model, predict)
+    task, model, weights = load_pretrained("tests/pretrained/tiny-llama3", ["generate.max_new_tokens=20"])
+    task.predict_texts(["In the beginning"], model, predict)   # predict: the engine's pass (api.load_run)
 """
 
 import os
@@ -12,8 +12,6 @@ import tempfile
 import weakref
 
 from amptrain import config as config_lib
-from amptrain.errors import UserError
-from amptrain.exports.loading import PRECISIONS
 
 PRETRAINED_PREDICT_LENGTH = 1024  # positions a pretrained folder generates over at most (prompt and continuation)
 
@@ -23,15 +21,12 @@ def is_pretrained_folder(path):
     return os.path.isfile(os.path.join(path, "config.json")) and not os.path.exists(os.path.join(path, "config.toml"))
 
 
-def load_pretrained(folder, overrides=(), precision=None):
-    """`load_run` for a pretrained language model's folder itself: the language-model task on
-    its checkpoint (no run folder, no training; `[generate]` from `overrides`), under
-    `precision` (float32, bfloat16 or float16, as `export --precision`; float32 unless named).
-    A folder of another family is refused as `fit` refuses it."""
-    import tensorflow as tf
-
+def load_pretrained(folder, overrides=(), policy="float32"):
+    """(task, model, weights file) of a pretrained language model's folder itself, for
+    `api.load_run`: the language-model task on its checkpoint (no run folder, no training;
+    `[generate]` from `overrides`), the model built under `policy`. A folder of another
+    family is refused as `fit` refuses it."""
     from amptrain.config.pretrained import read_checkpoint
-    from amptrain.engine.step_runner import StepRunner
     from amptrain.tasks import create_task
 
     checkpoint = read_checkpoint(folder)
@@ -40,7 +35,7 @@ def load_pretrained(folder, overrides=(), precision=None):
         "task": "language_model",
         "data": {"train": folder, "max_length": length},
         "model": {"pretrained": folder, "dropout": 0.0},
-        "precision": {"policy": _policy(precision or "float32")},
+        "precision": {"policy": policy},
     }
     config = config_lib.config_from_dict(raw, overrides, source=folder, check_files=False)
     scratch = tempfile.mkdtemp(prefix="amptrain-pretrained-")  # the task's run folder, gone with it
@@ -48,11 +43,4 @@ def load_pretrained(folder, overrides=(), precision=None):
     weakref.finalize(task, shutil.rmtree, scratch, ignore_errors=True)
     task.prepare(())
     model, _, _ = task.create_model()
-    trainer = StepRunner(tf.distribute.get_strategy(), model, None, None, jit_compile=False)
-    return task, model, trainer.predict, checkpoint.weights_path
-
-
-def _policy(precision):
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision: expected one of {', '.join(PRECISIONS)}, received {precision!r:.40}")
-    return PRECISIONS[precision]
+    return task, model, checkpoint.weights_path

@@ -70,7 +70,7 @@ class HubPieces:
 
     def graph_form(self):
         """The same tokenizer in TensorFlow ops, for an export (`graph_pieces.graph_tokenizer`)."""
-        from amptrain.models.families.graph_pieces import graph_tokenizer
+        from amptrain.tasks.language_model.families.graph_pieces import graph_tokenizer
 
         return graph_tokenizer(self)
 

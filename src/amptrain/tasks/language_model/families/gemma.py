@@ -10,7 +10,7 @@ read (config/families.py), as GPT-2's, Llama's and Qwen2's settings keras-hub ig
 
 import keras
 
-from amptrain.models.families.base import CausalFamily
+from amptrain.tasks.language_model.families.base import CausalFamily
 
 
 def run_layer(layer, x, keep, training):

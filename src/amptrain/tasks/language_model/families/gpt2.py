@@ -8,7 +8,7 @@ computed in float32 here (`tasks/language_model/pretrained.py`), as for the enco
 Positions count from each packed document's start (the layer takes `positions`).
 """
 
-from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached
+from amptrain.tasks.language_model.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached
 
 
 def run_layer(layer, x, keep, training):

@@ -7,7 +7,7 @@ window (the backbone's argument has another name), so a folder asking for one
 (`use_sliding_window`) is refused when it is read (config/families.py).
 """
 
-from amptrain.models.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
+from amptrain.tasks.language_model.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
 
 FAMILY = CausalFamily(
     model_type="qwen2",

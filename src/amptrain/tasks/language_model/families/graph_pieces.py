@@ -1,5 +1,5 @@
 """A causal language model's tokenizer in TensorFlow ops, for an export's graph: the same ids
-as the folder's tokenizer.json (`causal_tokenizer.HubPieces`), without Python.
+as the folder's tokenizer.json (`tokenizer.HubPieces`), without Python.
 
     graph = graph_tokenizer(tokenizer)          # ByteLevelGraph or SentencePieceGraph
     graph.graph_tokenize(tf.constant(["Hello"]))   # ragged ids, no special piece added
