@@ -135,8 +135,11 @@ def test_saved_config_round_trips_and_differences_ignore_run_length(tiny):
             "task=translation decode.beam_size=0",
             r"decode\.beam_size: expected an integer >= 1 \(1: greedy\), received 0",
         ),
-        ("train.label_smoothing=1", r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0"),
-        ("model.num_decoder_layers=-1", r"model\.num_decoder_layers: expected an integer >= 0"),
+        (
+            "task=translation train.label_smoothing=1",
+            r"train\.label_smoothing: expected a number in \[0, 1\), received 1\.0",
+        ),
+        ("task=translation model.num_decoder_layers=-1", r"model\.num_decoder_layers: expected an integer >= 0"),
         (
             "data.keep_tail=30",
             r"data\.keep_tail: expected an integer from 0 to data\.max_length - 3 \(29\), leaving room for "
@@ -163,6 +166,31 @@ def test_an_older_runs_default_decode_section_still_loads(tiny):
     assert config_lib.load_config(tiny / "older.toml").task_sections == {}
 
 
+def test_an_older_runs_keys_of_other_tasks_at_their_defaults_still_load(tiny):
+    """Run folders saved every task's keys: a classification run's `data.train_target = ""`,
+    `model.num_decoder_layers = 0`, `train.outside_weight = 1.0` and `train.lora_rank = 0` are
+    read past; the same keys with another value are refused, naming their task."""
+    older = {"data.train_target": '""', "data.shared_vocabulary": "true", "model.num_decoder_layers": "0",
+             "model.tie_embeddings": "true", "train.outside_weight": "1.0", "train.label_smoothing": "0.0",
+             "train.lora_rank": "0", "train.lora_targets": '"query,value"'}  # fmt: skip
+    config = load(tiny, *(f"{key}={value}" for key, value in older.items()))
+    assert not hasattr(config.data, "train_target") and not hasattr(config.train, "lora_rank")
+    with pytest.raises(ConfigError, match=r"unknown key train\.outside_weight \(a key of task 'ner', not of"):
+        load(tiny, "train.outside_weight=2.0")
+
+
+def test_a_tasks_own_keys_are_saved_and_read_back(tiny, tmp_path):
+    config = load(tiny, "task=translation", "train.label_smoothing=0.1", "model.num_decoder_layers=1")
+    assert (config.train.label_smoothing, config.model.num_decoder_layers, config.data.shared_vocabulary) == (
+        0.1,
+        1,
+        True,
+    )
+    config_lib.save_config(config, tmp_path / "config.toml")
+    again = config_lib.load_config(tmp_path / "config.toml")
+    assert again == config and config_lib.differing_keys(again, config) == []
+
+
 def test_an_unknown_task_names_the_known_ones(tiny):
     with pytest.raises(
         ConfigError,
@@ -180,15 +208,17 @@ def test_a_task_class_by_import_path_that_is_not_a_task_is_refused(tiny):
 
 
 def test_target_files_are_for_translation_only(tiny):
+    """A key a task owns (`Task.config_sections`) is unknown to the others, and the error says whose it is."""
     with pytest.raises(
-        ConfigError, match=r"data\.train_target: expected nothing \(task 'classification' reads no target files\)"
+        ConfigError,
+        match=r"unknown key data\.train_target \(a key of task 'translation', not of 'classification'\); \[data\] has",
     ):
         load(tiny, f"data.train_target={tiny / 'train.csv'}")
 
 
 def test_keeping_a_texts_end_is_for_classification_only(tiny_ner):
     with pytest.raises(
-        ConfigError, match=r"data\.keep_tail: expected 0 \(task 'ner' does not keep the end of a cut text\)"
+        ConfigError, match=r"unknown key data\.keep_tail \(a key of task 'classification', not of 'ner'\)"
     ):
         config_lib.load_config(tiny_ner / "tiny.toml", ["data.keep_tail=4"])
 

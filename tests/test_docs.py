@@ -13,10 +13,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def config_keys():
+    """Every key of the sections every task has, and of each built-in task's own."""
+    from amptrain import registry
+
     keys = ["task"]
-    for section in dataclasses.fields(Config):
-        if dataclasses.is_dataclass(section.type):
-            keys += [f"{section.name}.{key.name}" for key in dataclasses.fields(section.type)]
+    sections = [(s.name, s.type) for s in dataclasses.fields(Config) if dataclasses.is_dataclass(s.type)]
+    for name in registry.known():
+        sections += list(registry.task_class(name).config_sections.items())
+    for name, section in sections:
+        keys += [f"{name}.{key.name}" for key in dataclasses.fields(section) if f"{name}.{key.name}" not in keys]
     return keys
 
 

@@ -9,7 +9,6 @@ import keras
 import numpy as np
 import pytest
 
-from amptrain.config import ModelConfig
 from amptrain.models.blocks import (
     Attention,
     DecoderBlock,
@@ -24,8 +23,11 @@ from amptrain.tasks.ner.chars import CharWordEncoder
 from amptrain.tasks.ner.model import build_tagger
 from amptrain.tasks.translation.decoding import Search
 from amptrain.tasks.translation.model import OutputProjection, Translator
+from amptrain.tasks.translation.settings import TranslationModel
 
-TINY = ModelConfig(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1, num_decoder_layers=2)
+TINY = TranslationModel(
+    num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1, num_decoder_layers=2
+)
 RNG = np.random.default_rng(0)
 IDS = RNG.integers(3, 40, (2, 7)).astype(np.int32)
 MASK = np.arange(7)[None] < np.array([[7], [4]])
@@ -133,7 +135,7 @@ def test_a_loaded_translator_keeps_its_embeddings_tied_and_decodes_the_same(tmp_
 
 
 def test_an_untied_translator_round_trips_with_its_own_output_kernel(tmp_path):
-    config = ModelConfig(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, tie_embeddings=False)
+    config = TranslationModel(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, tie_embeddings=False)
     model = Translator(45, 40, 16, config, "float32").build_all()
     model.save(tmp_path / "untied.keras")
     loaded = keras.saving.load_model(tmp_path / "untied.keras")

@@ -12,7 +12,7 @@ import tomli_w
 
 from amptrain import registry
 from amptrain.config import pretrained
-from amptrain.config.sections import OBSERVING_KEYS, PATH_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config
+from amptrain.config.sections import OBSERVING_KEYS, PLACEMENT_KEYS, RUN_LENGTH_KEYS, SECTIONS, Config, path_keys
 from amptrain.config.validation import validate
 from amptrain.errors import ConfigError
 
@@ -107,7 +107,10 @@ def parse_override(text):
 def _build(raw, source, task_class):
     task = raw.pop("task", Config.task)
     raw.pop("task_path", None)
-    own = task_class.config_sections  # the task's own sections, e.g. translation's [decode]
+    own = task_class.config_sections  # the task's own sections ([decode]) and keys (its `data` subclass)
+    for name, cls in own.items():
+        if name in SECTIONS and not (isinstance(cls, type) and issubclass(cls, SECTIONS[name])):
+            raise ConfigError(f"{task}: its config_sections[{name!r}] must subclass {SECTIONS[name].__name__}")
     known = {**SECTIONS, **own}
     sections = {}
     for name, value in list(raw.items()):
@@ -120,9 +123,10 @@ def _build(raw, source, task_class):
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: [{name}] must be a table, received {value!r}")
-        sections[name] = _build_section(name, known[name], value, source)
-    task_sections = {name: sections.pop(name, None) or cls() for name, cls in own.items()}
-    return Config(task=task, task_path=registry.module_folder(task), task_sections=task_sections, **sections)
+        sections[name] = _build_section(name, known[name], value, source, task)
+    task_sections = {name: sections.pop(name, None) or cls() for name, cls in own.items() if name not in SECTIONS}
+    shared = {name: sections.pop(name, None) or cls() for name, cls in own.items() if name in SECTIONS}
+    return Config(task=task, task_path=registry.module_folder(task), task_sections=task_sections, **sections, **shared)
 
 
 def _an_older_runs_default(name, values):
@@ -137,12 +141,32 @@ def _an_older_runs_default(name, values):
     return False
 
 
-def _build_section(section, cls, values, source):
+def _an_older_runs_key(section, key, value):
+    """True for another built-in task's key of a shared section at its default: amptrain
+    before the tasks owned their keys saved them in every run's config.toml
+    (`data.train_target = ""` in a classification run's), and those run folders must still load."""
+    for builtin in registry.known():
+        cls = registry.task_class(builtin).config_sections.get(section)
+        if cls is not None and key in (defaults := dataclasses.asdict(cls())) and defaults[key] == value:
+            return True
+    return False
+
+
+def _fields(task_class, section):
+    cls = task_class.config_sections.get(section)
+    return [f.name for f in dataclasses.fields(cls)] if cls is not None else []
+
+
+def _build_section(section, cls, values, source, task):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
+        if key not in fields and section in SECTIONS and _an_older_runs_key(section, key, value):
+            continue
         if key not in fields:
-            raise ConfigError(f"{source}: unknown key {section}.{key}; [{section}] has: {', '.join(fields)}")
+            owners = [name for name in registry.known() if key in _fields(registry.task_class(name), section)]
+            whose = f" (a key of task {' and '.join(map(repr, owners))}, not of {task!r})" if owners else ""
+            raise ConfigError(f"{source}: unknown key {section}.{key}{whose}; [{section}] has: {', '.join(fields)}")
         kwargs[key] = _check_type(f"{section}.{key}", fields[key].type, value)
     return cls(**kwargs)
 
@@ -165,8 +189,7 @@ def _check_type(key, annotation, value):
 def _resolve_paths(config, base_dir):
     data = config.data
     resolved = {}
-    for key in PATH_KEYS:
-        name = key.split(".")[1]
+    for name in path_keys(data):
         value = getattr(data, name)
         if value and not os.path.isabs(value):
             resolved[name] = os.path.normpath(os.path.join(base_dir, value))

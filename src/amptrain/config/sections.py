@@ -1,5 +1,9 @@
 """The configuration tree: one frozen dataclass a section, their defaults, the values some
-keys allow, and the groups of keys that other modules treat alike."""
+keys allow, and the groups of keys that other modules treat alike.
+
+These are the keys every task has. A task adds its own (`Task.config_sections`): a section
+of its own (translation's `[decode]`), or keys of a shared section in a subclass of its
+dataclass (translation's `data.train_target`, NER's `train.outside_weight`)."""
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -12,26 +16,26 @@ LOSS_SCALES = ("auto", "dynamic", "none")
 ON_NONFINITE = ("stop", "skip", "restore")
 
 
+def path_field():
+    """A key that names a file: resolved against the config's folder, checked to exist."""
+    return field(default="", metadata={"path": True})
+
+
+def path_keys(section):
+    """The names of a section's keys that name files (`path_field`)."""
+    return [f.name for f in dataclasses.fields(section) if f.metadata.get("path")]
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    train: str = ""
-    dev: str = ""
-    test: str = ""
+    train: str = path_field()
+    dev: str = path_field()
+    test: str = path_field()
     format: str = "auto"  # csv | tsv | jsonl (classification), conll (ner), tsv | parallel (translation) | auto
-    # translation from two aligned files: the target side of each split (data.train is then the source)
-    train_target: str = ""
-    dev_target: str = ""
-    test_target: str = ""
-    text_column: str = "text"
-    label_column: str = "label"
-    vocabulary: str = ""  # a vocab.txt to load; empty: train one on data.train
+    vocabulary: str = path_field()  # a vocab.txt to load; empty: train one on data.train
     vocabulary_size: int = 8000
     lowercase: bool | None = None  # None: the task's default (classification lowercases, ner and translation keep case)
-    shared_vocabulary: bool = True  # translation: one vocabulary for both sides (else one a side)
     max_length: int = 128  # pieces a side (translation: the target's start and end pieces included)
-    # classification: a text longer than max_length keeps its last keep_tail pieces after
-    # its first ones (head + tail); 0: its first pieces only
-    keep_tail: int = 0
     bucketing: bool = True
     num_buckets: int = 6
     # > 0: batches of as many rows as fit this many padded tokens (rows x padded length;
@@ -46,8 +50,6 @@ class ModelConfig:
     num_heads: int = 4
     intermediate_dim: int = 128
     dropout: float = 0.1
-    num_decoder_layers: int = 0  # translation: 0 means model.num_layers
-    tie_embeddings: bool = True  # translation: the output projection is the target embedding
     # "blocks": each Transformer block keeps only its input for the backward pass and is
     # recomputed there (models/remat.py): about one more forward pass for most of the memory
     # a row of the batch takes; "none": every activation kept
@@ -119,16 +121,8 @@ class TrainConfig:
     # each encoder layer's rate times this per layer below the top (1: the same everywhere)
     head_learning_rate: float = 0.0
     layer_decay: float = 1.0
-    # language_model with model.pretrained: > 0 freezes the pretrained weights and trains
-    # low-rank adapters of this rank on the projections named in lora_targets (tasks/language_model/lora.py),
-    # each scaled by lora_alpha / lora_rank (lora_alpha 0: 1); 0 trains every weight
-    lora_rank: int = 0
-    lora_alpha: float = 0.0
-    lora_targets: str = "query,value"  # of query, key, value, output, gate, up, down
     decay: str = "cosine"  # cosine | linear | constant
     clip_norm: float = 1.0  # 0 turns clipping off
-    outside_weight: float = 1.0  # ner: the loss weight of words tagged O (most words are)
-    label_smoothing: float = 0.0  # translation: the probability spread evenly over the vocabulary
     log_every: int = 25
     eval_every: int = 0  # 0: once an epoch
     checkpoint_every: int = 100
@@ -191,12 +185,4 @@ PLACEMENT_KEYS = (
 )
 # Keys that only say what a run records about itself: a rerun may change them and resume.
 OBSERVING_KEYS = ("runtime.profile_steps", "train.histogram_every", "train.projector_rows")
-PATH_KEYS = (
-    "data.train",
-    "data.dev",
-    "data.test",
-    "data.vocabulary",
-    "data.train_target",
-    "data.dev_target",
-    "data.test_target",
-)
+PATH_KEYS = tuple(f"data.{name}" for name in path_keys(DataConfig))  # a task's data section may add more

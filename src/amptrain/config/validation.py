@@ -11,9 +11,9 @@ from amptrain.config.sections import (
     CONCRETE_POLICIES,
     LOSS_SCALES,
     ON_NONFINITE,
-    PATH_KEYS,
     POLICIES,
     STRATEGIES,
+    path_keys,
 )
 from amptrain.errors import ConfigError
 
@@ -31,8 +31,8 @@ def validate(config, task_class, check_files=True):
     do not need (the folder may have moved to another machine)."""
     d, m, p, r, t = config.data, config.model, config.precision, config.runtime, config.train
     corpora = getattr(task_class, "reads_corpora", False)
-    for key in PATH_KEYS:
-        path = getattr(d, key.split(".")[1])
+    for name in path_keys(d):
+        key, path = f"data.{name}", getattr(d, name)
         if corpora and key in ("data.train", "data.dev", "data.test"):
             found = not path or not check_files or os.path.isfile(path) or os.path.isdir(path) or glob.glob(path)
             require(bool(found), key, "an existing file, folder, or a glob that matches files", path)
@@ -70,12 +70,6 @@ def validate(config, task_class, check_files=True):
         "model.remat",
         '"none" with model.pretrained (its blocks are keras-hub\'s, which recompute nothing)',
         m.remat,
-    )
-    require(
-        m.num_decoder_layers >= 0,
-        "model.num_decoder_layers",
-        "an integer >= 0 (0: model.num_layers)",
-        m.num_decoder_layers,
     )
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)
     require(
@@ -133,8 +127,6 @@ def validate(config, task_class, check_files=True):
     require(t.warmup_steps >= 0, "train.warmup_steps", "an integer >= 0", t.warmup_steps)
     require(t.decay in ("cosine", "linear", "constant"), "train.decay", "cosine, linear or constant", t.decay)
     require(t.clip_norm >= 0, "train.clip_norm", "a number >= 0 (0: no clipping)", t.clip_norm)
-    require(0 < t.outside_weight < math.inf, "train.outside_weight", "a finite number > 0", t.outside_weight)
-    require(0 <= t.label_smoothing < 1, "train.label_smoothing", "a number in [0, 1)", t.label_smoothing)
     for key in ("log_every", "checkpoint_every", "max_to_keep"):
         value = getattr(t, key)
         require(value >= 1, f"train.{key}", "an integer >= 1", value)
@@ -154,7 +146,6 @@ def validate(config, task_class, check_files=True):
         t.head_learning_rate,
     )
     require(0 < t.layer_decay <= 1, "train.layer_decay", "a number in (0, 1] (1: no decay)", t.layer_decay)
-    _check_lora(t, m)
     if not m.pretrained:
         require(
             t.head_learning_rate == 0,
@@ -164,36 +155,6 @@ def validate(config, task_class, check_files=True):
         )
         require(t.layer_decay == 1, "train.layer_decay", "1 (layer-wise decay needs model.pretrained)", t.layer_decay)
     task_class.check_config(config)
-
-
-# The projections `train.lora_targets` may name (each family maps them: models/families/).
-LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "up", "down")
-
-
-def lora_targets(text, known=LORA_PROJECTIONS):
-    """The projection names of `train.lora_targets` ("query,value"), each one of `known`."""
-    names = [name.strip() for name in str(text).split(",") if name.strip()]
-    unknown = [name for name in names if name not in known]
-    require(
-        bool(names) and not unknown,
-        "train.lora_targets",
-        f"a comma-separated list of {', '.join(known)}",
-        text,
-    )
-    return names
-
-
-def _check_lora(t, m):
-    require(t.lora_rank >= 0, "train.lora_rank", "an integer >= 0 (0: every weight trained)", t.lora_rank)
-    require(0 <= t.lora_alpha < math.inf, "train.lora_alpha", "a finite number >= 0 (0: lora_rank)", t.lora_alpha)
-    lora_targets(t.lora_targets)
-    if t.lora_rank:
-        require(
-            bool(m.pretrained),
-            "train.lora_rank",
-            "0 (LoRA adapts model.pretrained, a language model's folder)",
-            t.lora_rank,
-        )
 
 
 def round_up8(value):

@@ -66,7 +66,10 @@ class Task(abc.ABC):
     # language model's continuation); None: each record as one JSON line (and with --json)
     printed_field = None
     formats = ("auto",)  # the `data.format` values it reads ("auto": from the file's extension)
-    config_sections = {}  # its own config sections: {name: frozen dataclass}, read as config.NAME
+    # Its own config: {name: frozen dataclass}, read as config.NAME: a section of its own
+    # (translation's "decode"), or its keys of a shared section as a subclass of that
+    # section's dataclass (translation's "data": `config.sections.DataConfig` and the target files)
+    config_sections = {}
     untrained_sections = ()  # of those, the ones a resumed run may change (how it decodes, say)
     # The kind of pretrained folder `model.pretrained` may name for it: "encoder" (BERT, ...),
     # "causal" (GPT-2, Llama, ...), or None: none (config/families.py says which family is which).
@@ -103,11 +106,6 @@ class Task(abc.ABC):
         if cls.reads_files:
             require(bool(d.train), "data.train", "the path of a training file", d.train)
         require(d.format in cls.formats, "data.format", f"one of {cls.formats} for task {name!r}", d.format)
-        kept = "0 (task {name!r} does not keep the end of a cut text)"
-        require(d.keep_tail == 0, "data.keep_tail", kept.format(name=name), d.keep_tail)
-        for split in ("train", "dev", "test"):
-            target = getattr(d, f"{split}_target")
-            require(not target, f"data.{split}_target", f"nothing (task {name!r} reads no target files)", target)
         require(
             not config.model.pretrained or cls.pretrained_kind,
             "model.pretrained",
@@ -116,8 +114,6 @@ class Task(abc.ABC):
         )
         if config.model.pretrained:
             check_pretrained_kind(config.model.pretrained, cls.pretrained_kind, name)
-        lora = config.train.lora_rank
-        require(not lora or cls.pretrained_kind == "causal", "train.lora_rank", f"0 for task {name!r}", lora)
 
     def __init__(self, config, run_dir):
         self.config = config

@@ -10,7 +10,6 @@ Everything the task learns from the training split (the WordPiece vocabulary and
 label set) is saved in the run folder, so `eval` and `predict` rebuild the same model.
 """
 
-import dataclasses
 import json
 import logging
 
@@ -22,6 +21,7 @@ from amptrain.data.vocabulary import PAD_ID
 from amptrain.metrics.classification import classification_metrics
 from amptrain.tasks.base import Split
 from amptrain.tasks.classification.serving import ClassifierModule
+from amptrain.tasks.classification.settings import ClassificationData
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
 
 # TensorFlow is imported inside the methods that need it, so that a malformed data
@@ -63,13 +63,14 @@ class ClassificationTask(TextTask):
     formats = ("auto", "csv", "tsv", "jsonl")
     pretrained_kind = "encoder"
     serving_module = ClassifierModule
+    config_sections = {"data": ClassificationData}
 
     @classmethod
     def check_config(cls, config):
         from amptrain.config import require
 
         d = config.data
-        super().check_config(dataclasses.replace(config, data=dataclasses.replace(d, keep_tail=0)))
+        super().check_config(config)
         require(
             d.keep_tail == 0 or 0 < d.keep_tail <= d.max_length - 3,
             "data.keep_tail",

@@ -14,9 +14,55 @@ folder the run recorded (`pretrained.json`, its weights' SHA-256, also in each c
 gets them back.
 """
 
+import dataclasses
+import math
+
 import numpy as np
 
-from amptrain.config.validation import lora_targets
+from amptrain.config import TrainConfig, require
+
+# The projections `train.lora_targets` may name (each family maps them: families/).
+LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "up", "down")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraTrainConfig(TrainConfig):
+    """`[train]` of the language model: the keys every task has, and LoRA's."""
+
+    # with model.pretrained: > 0 freezes the pretrained weights and trains low-rank adapters
+    # of this rank on the projections named in lora_targets, each scaled by
+    # lora_alpha / lora_rank (lora_alpha 0: 1); 0 trains every weight
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    lora_targets: str = "query,value"  # of query, key, value, output, gate, up, down
+
+
+def check(config):
+    """LoRA's keys, refused in one line (`config.require`)."""
+    t, m = config.train, config.model
+    require(t.lora_rank >= 0, "train.lora_rank", "an integer >= 0 (0: every weight trained)", t.lora_rank)
+    require(0 <= t.lora_alpha < math.inf, "train.lora_alpha", "a finite number >= 0 (0: lora_rank)", t.lora_alpha)
+    lora_targets(t.lora_targets)
+    if t.lora_rank:
+        require(
+            bool(m.pretrained),
+            "train.lora_rank",
+            "0 (LoRA adapts model.pretrained, a language model's folder)",
+            t.lora_rank,
+        )
+
+
+def lora_targets(text, known=LORA_PROJECTIONS):
+    """The projection names of `train.lora_targets` ("query,value"), each one of `known`."""
+    names = [name.strip() for name in str(text).split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    require(
+        bool(names) and not unknown,
+        "train.lora_targets",
+        f"a comma-separated list of {', '.join(known)}",
+        text,
+    )
+    return names
 
 
 def target_layers(model, names):

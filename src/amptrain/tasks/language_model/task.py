@@ -33,7 +33,7 @@ import numpy as np
 from amptrain.errors import DataError
 from amptrain.files import atomic_write, fingerprint
 from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
-from amptrain.tasks.language_model import corpus, generation, vocabulary
+from amptrain.tasks.language_model import corpus, generation, lora, vocabulary
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
@@ -46,7 +46,7 @@ class LanguageModelTask(Task):
     higher_is_better = False
     predictions_suffix = ".jsonl"
     formats = ("auto", "text")
-    config_sections = {"generate": Settings}
+    config_sections = {"generate": Settings, "train": lora.LoraTrainConfig}
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
     serving_module = GeneratorModule
@@ -254,12 +254,11 @@ class LanguageModelTask(Task):
 
         d = self.config.data
         if self.checkpoint is not None:
-            from amptrain.tasks.language_model.lora import apply_lora
             from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
             model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout, dtype)
             model.base_weights = getattr(self, "base_weights", "")
-            apply_lora(model, self.config.train)
+            lora.apply_lora(model, self.config.train)
             return model
         model = LanguageModel(self.tokenizer.size, d.max_length, self.config.model, dtype)
         model.build()
@@ -352,6 +351,7 @@ class LanguageModelTask(Task):
         ok = config.model.pretrained or d.vocabulary_size > base
         require(ok, "data.vocabulary_size", f"an integer > {base} (the 256 bytes and two pieces)", d.vocabulary_size)
         generation.check(g)  # its context is checked where it generates (`prompt_ids`)
+        lora.check(config)
 
 
 class BlockPlan:

@@ -19,6 +19,7 @@ What each of these choices did to WNUT-17's entity F1: docs/architecture.md,
 
 import json
 import logging
+import math
 import os
 from collections import Counter
 
@@ -38,6 +39,7 @@ from amptrain.tasks.ner.features import (
     piece_shapes,
 )
 from amptrain.tasks.ner.serving import TaggerModule
+from amptrain.tasks.ner.settings import NerTrain
 from amptrain.tasks.text import TextTask, batch_signature, token_counts
 
 # TensorFlow is imported inside the methods that need it, so that a malformed data
@@ -83,6 +85,15 @@ class NerTask(TextTask):
     formats = ("auto", "conll")
     pretrained_kind = "encoder"
     serving_module = TaggerModule
+    config_sections = {"train": NerTrain}
+
+    @classmethod
+    def check_config(cls, config):
+        from amptrain.config import require
+
+        super().check_config(config)
+        w = config.train.outside_weight
+        require(0 < w < math.inf, "train.outside_weight", "a finite number > 0", w)
 
     # === Data ===
 

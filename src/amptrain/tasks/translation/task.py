@@ -29,7 +29,6 @@ distribution strategy the search runs outside the replicas, on the model's first
 the weights; every worker of a multi-worker run decodes the same sentences.
 """
 
-import dataclasses
 import logging
 import math
 
@@ -44,6 +43,7 @@ from amptrain.tasks.text import VOCABULARY_FILE, TextTask, token_counts
 from amptrain.tasks.translation.bleu import corpus_scores
 from amptrain.tasks.translation.detokenize import detokenize, until_end
 from amptrain.tasks.translation.serving import TranslatorModule
+from amptrain.tasks.translation.settings import DecodeConfig, TranslationData, TranslationModel, TranslationTrain
 
 logger = logging.getLogger("amptrain")
 
@@ -62,17 +62,6 @@ def pair_split(name, path, pairs, source_ids, target_ids, max_length, start_id, 
     return Split(name, path, pairs, {"source_ids": sources, "target_ids": targets}, lengths, truncated)
 
 
-@dataclasses.dataclass(frozen=True)
-class DecodeConfig:
-    """`[decode]`: how the model writes its output."""
-
-    beam_size: int = 4  # the test split and `predict`; dev evaluation during training is greedy
-    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + length) / 6) ** alpha
-    max_length: int = 0  # output pieces at most; 0 means data.max_length
-    dev_sentences: int = 200  # dev pairs decoded (greedy) at each evaluation; 0: all
-    batch_size: int = 64  # sentences decoded at once
-
-
 class TranslationTask(TextTask):
     primary_metric = "bleu"
     default_lowercase = False  # BLEU is case-sensitive
@@ -82,7 +71,12 @@ class TranslationTask(TextTask):
     # tsv: `source<TAB>target` a line; parallel: data.train (source) and data.train_target
     # (target), aligned line by line; auto: parallel when data.train_target is set
     formats = ("auto", "tsv", "parallel")
-    config_sections = {"decode": DecodeConfig}
+    config_sections = {
+        "decode": DecodeConfig,
+        "data": TranslationData,
+        "model": TranslationModel,
+        "train": TranslationTrain,
+    }
     untrained_sections = ("decode",)  # how a run decodes does not change what it trains
     serving_module = TranslatorModule
 
@@ -91,8 +85,7 @@ class TranslationTask(TextTask):
         from amptrain.config import require
 
         d = config.data
-        targets = {f"{s}_target": "" for s in ("train", "dev", "test")}
-        super().check_config(dataclasses.replace(config, data=dataclasses.replace(d, **targets)))
+        super().check_config(config)
         for split in ("train", "dev", "test"):
             target, source = getattr(d, f"{split}_target"), getattr(d, split)
             if d.format == "parallel" or target:
@@ -102,6 +95,14 @@ class TranslationTask(TextTask):
                     f"the target side of data.{split} ({source or 'not set'})",
                     target,
                 )
+        m, t = config.model, config.train
+        require(
+            m.num_decoder_layers >= 0,
+            "model.num_decoder_layers",
+            "an integer >= 0 (0: model.num_layers)",
+            m.num_decoder_layers,
+        )
+        require(0 <= t.label_smoothing < 1, "train.label_smoothing", "a number in [0, 1)", t.label_smoothing)
         c = config.decode
         require(c.beam_size >= 1, "decode.beam_size", "an integer >= 1 (1: greedy)", c.beam_size)
         require(0 <= c.length_penalty < math.inf, "decode.length_penalty", "a finite number >= 0", c.length_penalty)
