@@ -24,7 +24,7 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # each with TensorFlow's default of a thread a core, 4.2 s with one). Ops still run side by
 # side (the inter-op pool is untouched: the replicas of a mirrored step need it).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-# The precision probe's cache (precision/probe.py): the tests' own, never a developer's; one
+# The precision probe's cache (autoprecision/probe.py): the tests' own, never a developer's; one
 # for both pytest workers of a run, so the CPU's peak per dtype (hardware/peaks.py, about 2 s
 # a dtype, measured by the first fit that reports an MFU) is measured once a run, not once a
 # worker. A test about the cache itself sets its own (monkeypatch.setenv).

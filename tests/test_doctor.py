@@ -92,7 +92,7 @@ def test_doctor_on_a_faked_tpu(monkeypatch):
 
 
 def test_a_cpu_without_bf16_units_is_warned_about(monkeypatch):
-    from amptrain.precision import probe
+    from amptrain.autoprecision import probe
 
     avx2 = probe.Hardware(cpu_flags=frozenset({"avx2"}), cpu_model="EPYC", cores=2)
     warned = doctor.warnings(avx2)

@@ -63,7 +63,7 @@ LAYERS = [
     {"config"},
     {"data", "metrics", "models", "precision", "distribute", "hardware", "serving"},
     {"tasks", "engine"},
-    {"exports", "bench", "doctor", "launch", "api", "trainer"},
+    {"autoprecision", "exports", "bench", "doctor", "launch", "api", "trainer"},
     {"commands", "cli", "__init__", "__main__"},
 ]
 APART = {("tasks", "engine"), ("engine", "tasks")}  # the engine knows no task, a task no engine

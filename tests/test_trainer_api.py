@@ -106,8 +106,8 @@ def test_auto_measures_your_model_and_records_the_candidates(tmp_path, monkeypat
     and timed on your first training batch, the choice and its candidates in
     precision.json and the run record, the winner trained (not built again), and the same
     model with another builder is not answered from the first one's cache entry."""
+    from amptrain.autoprecision import measurement, probe
     from amptrain.engine import loop
-    from amptrain.precision import measurement, probe
 
     monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))

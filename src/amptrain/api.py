@@ -64,8 +64,9 @@ def fit_config(config, run_dir, overwrite=False, make_task=None):
 
 def _fit(config, run_dir, write_dir, cluster, make_task=None):
     from amptrain import distribute, xla_modes
+    from amptrain.autoprecision import probe
     from amptrain.engine.run_log import setup_logging
-    from amptrain.precision import check_numerics, probe
+    from amptrain.precision import check_numerics
     from amptrain.tasks import create_task
 
     # Only the chief reports progress on the terminal; the others their warnings and errors.
@@ -122,7 +123,7 @@ def _record_task_code(task_name, run_dir):
 
 def _prepare(config, task, cluster, run_dir):
     """Reads the data, learns (or reads) the vocabulary, chooses the strategy and decides
-    the precision (`engine.precision_decision`). Returns (placement, precision decision,
+    the precision (`autoprecision.decision`). Returns (placement, precision decision,
     the probe's winner to train or None)."""
     from amptrain import distribute
 
@@ -159,8 +160,8 @@ def _prepare(config, task, cluster, run_dir):
 
 def _decide_precision(config, task, strategy, run_dir):
     """The precision decision, made once (the run folder's on resume), written to the run folder."""
-    from amptrain.engine.precision_decision import decide_precision
-    from amptrain.precision import probe
+    from amptrain.autoprecision import probe
+    from amptrain.autoprecision.decision import decide_precision
 
     path = os.path.join(run_dir, probe.RECORD_FILE)
     choice, winner = decide_precision(task, config, probe.ProbeCache(), strategy, recorded=probe.read_record(path))
@@ -169,7 +170,7 @@ def _decide_precision(config, task, strategy, run_dir):
 
 
 def _chiefs_choice(run_dir):
-    from amptrain.precision import probe
+    from amptrain.autoprecision import probe
 
     record = probe.read_record(os.path.join(run_dir, probe.RECORD_FILE))
     if record is None:
@@ -184,9 +185,9 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
     """Builds the model under the strategy and trains; returns the test metrics.
 
     In check-numerics mode the first NaN or inf raises NumericsError naming its op and layer."""
+    from amptrain.autoprecision.decision import model_for_run
     from amptrain.engine.job import Job
     from amptrain.engine.loop import run_training
-    from amptrain.engine.precision_decision import model_for_run
     from amptrain.precision import check_numerics
 
     model, policy, parts = model_for_run(task, placement.strategy, choice, winner)  # the probe's winner, or afresh
@@ -271,10 +272,10 @@ def load_run(run_dir, split_names, trust_run_code=False, overrides=(), precision
     `overrides`: of the sections a run may change after training (`[decode]`, `[generate]`)."""
     import tensorflow as tf
 
+    from amptrain.autoprecision import probe
     from amptrain.engine.checkpoints import restore_weights
     from amptrain.engine.step_runner import StepRunner
     from amptrain.exports.loading import load_config, pretrained_policy
-    from amptrain.precision import probe
     from amptrain.tasks import create_task
     from amptrain.tasks.language_model.pretrained_folder import is_pretrained_folder, load_pretrained
 

@@ -3,9 +3,9 @@
     report = diagnose()            # versions, devices, XLA, TF32, the `auto` policy, warnings, peaks
     print(format_report(report))   # or json.dumps(report)
 
-The policy is the hardware rule (`precision.probe.rule`, the one a run too short to repay
+The policy is the hardware rule (`autoprecision.probe.rule`, the one a run too short to repay
 a probe keeps); a longer run with `precision.policy = "auto"` measures its candidates at its
-start, within a budget, instead (`precision/probe.py`). The matrix-product peaks are
+start, within a budget, instead (`autoprecision/probe.py`). The matrix-product peaks are
 measured once a machine and cached (`hardware/peaks.py`), for the bench and the MFU figures.
 """
 
@@ -21,9 +21,9 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
     by default; tests pass a quick one); `refresh` measures again instead of the cache."""
     import tensorflow as tf
 
+    from amptrain.autoprecision import probe
+    from amptrain.autoprecision.measurement import SHARE
     from amptrain.config import Config
-    from amptrain.precision import probe
-    from amptrain.precision.measurement import SHARE
 
     hardware = probe.Hardware.detect()
     config = Config()  # the defaults: policy and jit_compile "auto", every policy allowed
@@ -61,13 +61,13 @@ ONLY_ONE = "the only candidate: a run measures nothing, it has nothing to compar
 
 def probe_config(path, overrides=()):
     """What `precision.policy = "auto"` measures for the run the config at `path` plans
-    (`engine/probe_trials.py`, within the same budget, without the cache): each candidate's
+    (`autoprecision/trials.py`, within the same budget, without the cache): each candidate's
     tokens/s (or why it was not built), the choice, what the probe cost and what it
     expects to save against the hardware rule."""
     from amptrain import config as config_lib
     from amptrain import distribute
-    from amptrain.engine.probe_trials import measure_candidates, release
-    from amptrain.precision import probe
+    from amptrain.autoprecision import probe
+    from amptrain.autoprecision.trials import measure_candidates, release
     from amptrain.tasks import prepared_in_scratch
 
     config = config_lib.load_config(path, overrides)

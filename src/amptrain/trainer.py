@@ -215,12 +215,12 @@ class Trainer:
 
     def _resolved(self):
         """The config the run takes. `auto` is measured on your model by the precision probe
-        (`engine/probe_trials.py`), which builds each candidate afresh from a builder; a built
+        (`autoprecision/trials.py`), which builds each candidate afresh from a builder; a built
         model cannot be rebuilt, so its `runtime.jit_compile = "auto"` takes the hardware
         rule (said in the log)."""
         import dataclasses
 
-        from amptrain.precision import probe
+        from amptrain.autoprecision import probe
 
         config = self.config
         if isinstance(self.model, _keras_model()) and config.runtime.jit_compile == "auto":
@@ -253,9 +253,9 @@ class Trainer:
         import tensorflow as tf
 
         from amptrain import config as config_lib
+        from amptrain.autoprecision import probe
         from amptrain.engine.checkpoints import restore_weights
         from amptrain.engine.step_runner import StepRunner
-        from amptrain.precision import probe
 
         saved = os.path.join(self.run_dir, "config.toml")
         if not os.path.exists(saved):

@@ -58,8 +58,8 @@ def test_memory_sizes():
 
 def test_bench_says_which_row_auto_would_choose(monkeypatch):
     from amptrain import config as config_lib
+    from amptrain.autoprecision import probe
     from amptrain.bench.runner import auto_choice
-    from amptrain.precision import probe
 
     amx = probe.Hardware(cpu_flags=frozenset({"amx_bf16", "avx512_bf16"}))
     monkeypatch.setattr(probe.Hardware, "detect", classmethod(lambda cls: amx))

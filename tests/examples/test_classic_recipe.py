@@ -153,7 +153,7 @@ def test_auto_measures_the_recipe_and_bench_reports_mfu_for_every_row(recipe, tm
     """`auto` on the recipe's own model (64 mails): the candidates built from its builder and
     timed, the choice with its candidates in the run record; then `Trainer.bench` on it: the
     report with real tokens/s and MFU in every row (MultiHeadAttention counted)."""
-    from amptrain.precision import measurement
+    from amptrain.autoprecision import measurement
 
     monkeypatch.setattr(measurement.Budget, "verdict", lambda self, candidate, speeds: None)  # build them all
     monkeypatch.setenv("AMPTRAIN_CACHE_DIR", str(tmp_path / "cache"))

@@ -1,6 +1,6 @@
-"""`auto` precision and XLA by measuring (`engine/precision_decision.py` over
-`precision/probe.py`): every branch of the choice with a fake measurement, the cache and
-the run-folder record; once for real on a tiny model (`engine/probe_trials.py`)."""
+"""`auto` precision and XLA by measuring (`autoprecision/decision.py` over
+`autoprecision/probe.py`): every branch of the choice with a fake measurement, the cache and
+the run-folder record; once for real on a tiny model (`autoprecision/trials.py`)."""
 
 import dataclasses
 import json
@@ -9,9 +9,9 @@ import os
 import pytest
 
 from amptrain import config as config_lib
-from amptrain.engine.precision_decision import decide_precision
-from amptrain.precision import measurement, probe
-from amptrain.precision.probe import Candidate, Hardware
+from amptrain.autoprecision import measurement, probe
+from amptrain.autoprecision.decision import decide_precision
+from amptrain.autoprecision.probe import Candidate, Hardware
 
 AMX = Hardware(cpu_flags=frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}), cpu_model="Xeon", cores=2)
 AVX2 = Hardware(cpu_flags=frozenset({"avx2"}), cpu_model="EPYC", cores=2)

@@ -10,7 +10,7 @@ The same grid, timing, MFU, speed-ups, report and plots as `amptrain bench CONFI
 process a combination, but your builder and datasets are Python objects of this process, so
 here the combinations run one after another in it. Each is built afresh from your builder
 under its policy (the way `fit` builds it: `building.build_trainer`), timed, then deleted and
-its memory returned (`engine.probe_trials.release`). Peak memory is the process's peak
+its memory returned (`autoprecision.trials.release`). Peak memory is the process's peak
 resident set during the combination: Linux's high-water mark is reset before each
 (`/proc/self/clear_refs`); where it cannot be reset, the column is left empty.
 """
@@ -67,7 +67,7 @@ def bench_in_process(make_task, config, grid, steps, repeats, out_dir, descripti
 def measure(make_task, config, steps, repeats):
     """One combination's row (the keys of `worker.measure_combination`'s); what it built is
     deleted and its memory returned before the next."""
-    from amptrain.engine.probe_trials import release
+    from amptrain.autoprecision.trials import release
     from amptrain.engine.utilisation import resident_memory
 
     reset = _reset_peak_memory()

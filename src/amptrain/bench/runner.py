@@ -230,11 +230,11 @@ def results_record(what, peaks, rows, choice):
 
 def auto_choice(config, rows):
     """What `auto` would choose from this bench's rows (None when they hold no candidate):
-    the precision probe's candidates for `config` on this machine (`precision/probe.py`;
+    the precision probe's candidates for `config` on this machine (`autoprecision/probe.py`;
     a key the config names stays as named), compared at the config's batch size and the
     grid's steps per execution nearest the config's, by the probe's rule on tokens/s alone
     (a run's probe also weighs XLA's compilations, one a batch shape, against its steps)."""
-    from amptrain.precision import probe
+    from amptrain.autoprecision import probe
 
     found, _ = probe.candidates(config, probe.Hardware.detect())
     batch = config.train.batch_size if not config.data.tokens_per_batch else None

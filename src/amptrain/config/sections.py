@@ -62,7 +62,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class PrecisionConfig:
-    # "auto": measured at the start of the run (precision/probe.py) among `allow`
+    # "auto": measured at the start of the run (autoprecision/probe.py) among `allow`
     policy: str = "auto"
     # the policies "auto" may choose (and the probe may try); a named policy must be one of them
     allow: list = field(default_factory=lambda: list(CONCRETE_POLICIES))
@@ -94,7 +94,7 @@ class RuntimeConfig:
     startup_timeout: float = 180.0  # seconds every worker of a cluster has to arrive (distribute/startup.py)
     # true | false | "fusible" | "auto". true: XLA compiles the step; "fusible": only the
     # elementwise ops between the matrix products (xla_modes.py); "auto": measured
-    # with the precision at the start of the run (precision/probe.py)
+    # with the precision at the start of the run (autoprecision/probe.py)
     jit_compile: bool | str = "auto"
     # the exact GELU's forward and backward run as small XLA computations in a training
     # step that is not compiled whole (xla_modes.py)

@@ -36,7 +36,7 @@ class Job:
     learning_rates: Callable = None
     higher_is_better: bool = True  # of primary_metric (a loss is lower-is-better)
     # The model's training parts when already built (`engine.build.TrainingParts`: the
-    # precision probe's winner, `engine/precision_decision.py`), else built here.
+    # precision probe's winner, `autoprecision/decision.py`), else built here.
     parts: object = None
     # The user's optimizer (`engine.optimizer.user_optimizer`) in place of the config's.
     optimizer: object = None

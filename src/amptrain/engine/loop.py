@@ -53,7 +53,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     the strategy and why (`distribute.select_strategy`), whose replicas can share the
     global batch (`api` checks that before any work: `distribute.check_split`).
 
-    `choice`: the precision decision (`precision.probe.Decision`) for the run record.
+    `choice`: the precision decision (`autoprecision.probe.Decision`) for the run record.
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     write_dir = write_dir or run_dir

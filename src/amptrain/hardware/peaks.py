@@ -57,10 +57,10 @@ def timed_matmul_peak(dtype="float32", seconds=2.0, max_size=2048):
 
 
 def machine_key():
-    """The cache key: the machine (`probe.Hardware.describe`) and TensorFlow's version."""
+    """The cache key: the machine (`hardware.machine.Hardware.describe`) and TensorFlow's version."""
     import tensorflow as tf
 
-    from amptrain.precision.probe import Hardware
+    from amptrain.hardware.machine import Hardware
 
     what = {"machine": Hardware.detect().describe(), "tensorflow": tf.__version__}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16], what

@@ -160,7 +160,7 @@ class Task(abc.ABC):
 
     def probe_batches(self):
         """(endless `tf.data.Dataset` repeating one real training batch, its shape): what
-        the precision probe times a candidate on (`engine/probe_trials.py`), the batch shape
+        the precision probe times a candidate on (`autoprecision/trials.py`), the batch shape
         most of a run's time goes to. A task without it cannot use `precision.policy = "auto"`
         with more than one candidate."""
         raise NotImplementedError(

@@ -5,7 +5,7 @@
     measured, trials = measure_candidates(task, config, strategy, plan)   # {Candidate: Trial}
     release(trials.values())                                             # their memory back to the system
 
-`precision/measurement.py` schedules them (order, budget, rounds); `precision_decision.py`
+`autoprecision/measurement.py` schedules them (order, budget, rounds); `decision.py`
 decides with what they measured. A trial is built with the run's seed and planned steps,
 and its state (weights, dropout seeds, optimizer slots, counters, loss scale, weight
 average) can be put back to what it was before its first step (`rewind`): the winner then
@@ -18,8 +18,8 @@ import hashlib
 import logging
 import time
 
-from amptrain.precision import probe
-from amptrain.precision.measurement import SHARE, measure
+from amptrain.autoprecision import probe
+from amptrain.autoprecision.measurement import SHARE, measure
 
 logger = logging.getLogger("amptrain")
 
@@ -130,7 +130,7 @@ class InitialState:
 
 class Winner:
     """The probe's winning trial, rewound to its initial state, until the run takes it
-    (`precision_decision.model_for_run`)."""
+    (`decision.model_for_run`)."""
 
     def __init__(self, trial):
         self.model, self.parts, self.strategy = trial.model, trial.parts, trial.strategy

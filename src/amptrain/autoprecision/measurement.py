@@ -6,19 +6,19 @@ order, for how many rounds, and what it found (`Measurement`, cached as it is).
     measured.results       # {Candidate: [tokens/s of each round] or "error text"}
     measured.not_tried     # {Candidate: why it was not built}
 
-`prepare` builds, compiles and warms up a candidate (`engine/probe_trials.py` does it for
+`prepare` builds, compiles and warms up a candidate (`autoprecision/trials.py` does it for
 real; the tests pass fakes with a fake clock). The budget: the probe spends at most
 `SHARE` of the run it decides for, estimated from the first candidate's speed and the
 planned steps, and at least `FLOOR_SECONDS`; it counts from the first candidate ready,
 since that one is the rule's choice, which the run would build and compile anyway
-(`engine/precision_decision.py` hands it to the run when it wins). A candidate is not built when the
+(`autoprecision/decision.py` hands it to the run when it wins). A candidate is not built when the
 budget cannot cover it, or when the timings so far make it hopeless (`Budget.verdict`).
 """
 
 import dataclasses
 import time
 
-from amptrain.precision.candidates import Candidate
+from amptrain.autoprecision.candidates import Candidate
 
 SHARE = 0.10
 FLOOR_SECONDS = 5.0

@@ -6,9 +6,9 @@ function that reads top to bottom:
 
 1. `recorded`: the run folder's decision (`precision.json`, on resume), else
 2. named: one candidate is left (`precision.candidates`), else
-3. the cache (`precision.probe.ProbeCache`: per machine, model and batch shape), else
-4. measured here: `probe_trials.measure_candidates` builds and times the candidates the
-   plan orders, within its budget (`precision/measurement.py`);
+3. the cache (`autoprecision.probe.ProbeCache`: per machine, model and batch shape), else
+4. measured here: `trials.measure_candidates` builds and times the candidates the
+   plan orders, within its budget (`autoprecision/measurement.py`);
 then `probe.conclude`: the shortest estimated run (the tie rule), what the probe cost and
 what it expects to save against the hardware rule.
 
@@ -22,8 +22,8 @@ chief of several workers measures on its own device).
 
 import dataclasses
 
-from amptrain.engine.probe_trials import Winner, measure_candidates, release
-from amptrain.precision import probe
+from amptrain.autoprecision import probe
+from amptrain.autoprecision.trials import Winner, measure_candidates, release
 
 
 def decide_precision(task, config, cache, strategy, recorded=None, hardware=None, measure=None):

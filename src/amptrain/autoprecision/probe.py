@@ -12,7 +12,7 @@ run. This module holds the decision's parts, none of which builds a model:
     ProbeCache().read(key)                                   # a Measurement that covers the run, or None
     decision = conclude(plan, measured, "measured", base, key, path)
 
-`engine/precision_decision.decide_precision` puts them together, once a run, with the
+`decision.decide_precision` puts them together, once a run, with the
 trials it builds (the rule's choice first, the others while the budget, 10% of the run,
 covers them; a run too short to repay another candidate keeps the rule's). A `Decision` is
 what `api` trains with (`apply`), the run folder keeps and the run record carries (`to_json`).
@@ -23,18 +23,18 @@ import hashlib
 import json
 import os
 
-from amptrain.files import cache_dir
-from amptrain.precision.candidates import (  # noqa: F401 (the probe's vocabulary, imported from here)
+from amptrain.autoprecision.candidates import (  # noqa: F401 (the probe's vocabulary, imported from here)
     SHORT_NAMES,
     Candidate,
-    Hardware,
     can_pay,
     candidates,
     jit_mode,
     measuring_order,
     rule,
 )
-from amptrain.precision.measurement import TIE, Measurement, Plan, speed
+from amptrain.autoprecision.measurement import TIE, Measurement, Plan, speed
+from amptrain.files import cache_dir
+from amptrain.hardware.machine import Hardware  # noqa: F401 (the probe's vocabulary, imported from here)
 
 RECORD_FILE = "precision.json"
 
