@@ -11,18 +11,18 @@ import pytest
 
 from amptrain.models.blocks import (
     Attention,
-    DecoderBlock,
-    EncoderBlock,
     MultiHeadSelfAttention,
+    PreNormBlock,
     TokenAndPositionEmbedding,
 )
 from amptrain.models.islands import island_reason
 from amptrain.models.pooling import MaskedMeanPooling
 from amptrain.tasks.classification.model import build_classifier
+from amptrain.tasks.language_model.model import CausalSelfAttention
 from amptrain.tasks.ner.chars import CharWordEncoder
 from amptrain.tasks.ner.model import build_tagger
 from amptrain.tasks.translation.decoding import Search
-from amptrain.tasks.translation.model import OutputProjection, Translator
+from amptrain.tasks.translation.model import DECODER, OutputProjection, Translator
 from amptrain.tasks.translation.settings import TranslationModel
 
 TINY = TranslationModel(
@@ -151,8 +151,9 @@ LAYERS = {  # made in the test: a layer made at import would fail the whole modu
     "embedding": lambda: TokenAndPositionEmbedding(40, 16, 16, dtype="mixed_bfloat16", name="embedding"),
     "self_attention": lambda: MultiHeadSelfAttention(16, 2, 0.1, dtype="mixed_bfloat16", name="attention"),
     "attention": lambda: Attention(16, 2, 0.1, dtype="mixed_bfloat16", name="cross"),
-    "encoder_block": lambda: EncoderBlock(16, 2, 32, 0.1, dtype="mixed_bfloat16", name="encoder"),
-    "decoder_block": lambda: DecoderBlock(16, 2, 32, 0.1, dtype="mixed_bfloat16", name="decoder"),
+    "encoder_block": lambda: PreNormBlock(16, 2, 32, 0.1, dtype="mixed_bfloat16", name="encoder"),
+    "decoder_block": lambda: PreNormBlock(16, 2, 32, 0.1, dtype="mixed_bfloat16", name="decoder", **DECODER),
+    "causal_block": lambda: PreNormBlock(16, 2, 32, attention=CausalSelfAttention, dtype="mixed_bfloat16"),
     "chars": lambda: CharWordEncoder(20, 16, dtype="mixed_bfloat16", name="chars"),
     "pooling": lambda: MaskedMeanPooling(dtype="float32", name="pooling"),
     "projection": lambda: OutputProjection(40, dtype="float32", name="logits"),

@@ -7,10 +7,8 @@ to its sublayers: variables are float32, arithmetic runs in the policy's compute
 and the few places where half precision is unsafe are float32 islands, each saying why.
 
     embedding = TokenAndPositionEmbedding(8000, 128, 64, dtype="mixed_bfloat16")
-    block = EncoderBlock(64, 4, 128, dropout=0.1, dtype="mixed_bfloat16")
-    x = block(embedding(token_ids), padding_mask=padding_mask)  # (batch, length, hidden)
-    decoder = DecoderBlock(64, 4, 128, dtype="mixed_bfloat16")
-    y = decoder(y, x, padding_mask, target_mask)  # causal self-attention, then attention over x
+    block = PreNormBlock(64, 4, 128, dropout=0.1, dtype="mixed_bfloat16")
+    x = block(embedding(token_ids), padding_mask)  # (batch, length, hidden)
 """
 
 import keras
@@ -205,126 +203,112 @@ def block_arguments(model_config):
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
-class EncoderBlock(keras.layers.Layer):
-    """Pre-norm Transformer encoder block: x + attention(norm(x)), then x + ffn(norm(x)).
+class PreNormBlock(keras.layers.Layer):
+    """The pre-norm Transformer block of every model here: x + attention(norm(x)); with
+    `cross_attention`, then x + cross_attention(norm(x), memory); then x + ffn(norm(x)).
 
     Pre-norm trains from scratch without a long warm-up and keeps the residual stream
     un-normalised, which is also what lets a half-precision run stay stable.
+
+    `attention`: the self-attention's class (or its registered name): `MultiHeadSelfAttention`
+    (the encoder's, over a padding mask (batch, key)), `Attention` (the translator's decoder,
+    over a bool mask (batch, query, key)) or a subclass of it (the language model's causal
+    one). `attention_name` names it and its norm (`NAME`, `NAME_norm`): the sublayers'
+    attribute names are what TensorFlow checkpoints follow.
+
+        encoder = PreNormBlock(64, 4, 128, dtype="mixed_bfloat16")
+        decoder = PreNormBlock(64, 4, 128, attention=Attention, attention_name="self_attention",
+                               cross_attention=True, dtype="mixed_bfloat16")
+        y = decoder(y, self_mask, memory, memory_mask)   # masks: bool (batch, query, key)
     """
 
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        dropout=0.0,
+        remat=False,
+        attention=None,
+        attention_name="attention",
+        cross_attention=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
         self.remat = remat  # True: its activations recomputed in the backward pass (remat.py)
+        if isinstance(attention, str):
+            attention = keras.saving.get_registered_object(attention)
+        self._attention_class = attention or MultiHeadSelfAttention
+        self.attention_name, self.cross = attention_name, cross_attention
         policy = self.dtype_policy
-        # === Layers ===
+        # === Layers === (created in this order, which the variables' order and seeds follow)
         # LayerNormalization computes its statistics in float32 under mixed policies,
         # so it needs no pinned dtype (lean.py: it keeps its input in the compute dtype).
-        self.attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
-        self.attention = MultiHeadSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
+        norm_name = f"{attention_name}_norm"
+        setattr(self, norm_name, LayerNormalization(epsilon=1e-6, dtype=policy, name=norm_name))
+        made = self._attention_class(hidden_dim, num_heads, dropout, dtype=policy, name=attention_name)
+        setattr(self, attention_name, made)
+        if cross_attention:
+            self.cross_attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="cross_attention_norm")
+            self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
         self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
         self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
         self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
         self.residual_dropout = Dropout(dropout, dtype=policy)
 
+    @property
+    def self_attention_layers(self):
+        """(its norm, the self-attention)."""
+        return getattr(self, f"{self.attention_name}_norm"), getattr(self, self.attention_name)
+
     def build(self, input_shape):
-        for layer in (self.attention_norm, self.attention, self.ffn_norm, self.ffn_in):
+        layers = list(self.self_attention_layers)
+        if self.cross:
+            layers += [self.cross_attention_norm, self.cross_attention]
+        for layer in (*layers, self.ffn_norm, self.ffn_in):
             layer.build(input_shape)
         self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
 
-    def call(self, x, padding_mask=None, training=False):
+    def call(self, x, attention_mask=None, memory=None, memory_mask=None, training=False):
+        """`attention_mask`: the self-attention's (its class's kind); `memory`, `memory_mask`
+        (bool, (batch, 1, memory length)): what the cross-attention reads."""
         if self.remat and training:
-            return recomputed(self, lambda x: self._body(x, padding_mask, True), x)
-        return self._body(x, padding_mask, training)
+            body = lambda x, memory=None: self._body(x, attention_mask, memory, memory_mask, True)  # noqa: E731
+            return recomputed(self, body, *((x,) if memory is None else (x, memory)))
+        return self._body(x, attention_mask, memory, memory_mask, training)
 
-    def _body(self, x, padding_mask, training):
-        attended = self.attention(self.attention_norm(x), padding_mask=padding_mask, training=training)
+    def _body(self, x, attention_mask, memory, memory_mask, training):
+        norm, attention = self.self_attention_layers
+        normed = norm(x)
+        if isinstance(attention, MultiHeadSelfAttention):
+            attended = attention(normed, padding_mask=attention_mask, training=training)
+        else:
+            attended = attention(normed, normed, attention_mask, training=training)
         x = x + self.residual_dropout(attended, training=training)
-        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
-        return x + self.residual_dropout(transformed, training=training)  # (batch, length, hidden)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "remat": self.remat,
-        }
-
-
-@keras.saving.register_keras_serializable(package="amptrain")
-class DecoderBlock(keras.layers.Layer):
-    """Pre-norm decoder block: causal self-attention, cross-attention, feed-forward."""
-
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
-        super().__init__(**kwargs)
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.remat = remat  # True: its activations recomputed in the backward pass (remat.py)
-        policy = self.dtype_policy
-        # === Layers ===
-        self.self_attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="self_attention_norm")
-        self.self_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="self_attention")
-        self.cross_attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="cross_attention_norm")
-        self.cross_attention = Attention(hidden_dim, num_heads, dropout, dtype=policy, name="cross_attention")
-        self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
-        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
-        self.residual_dropout = Dropout(dropout, dtype=policy)
-
-    def build(self, input_shape):
-        for layer in (
-            self.self_attention_norm,
-            self.self_attention,
-            self.cross_attention_norm,
-            self.cross_attention,
-            self.ffn_norm,
-            self.ffn_in,
-        ):
-            layer.build(input_shape)
-        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
-
-    def call(self, x, memory, memory_mask, target_mask, training=False):
-        """Teacher forcing over a whole target: position i sees positions 0..i only."""
-        if self.remat and training:
-            return recomputed(self, lambda x, memory: self._body(x, memory, memory_mask, target_mask, True), x, memory)
-        return self._body(x, memory, memory_mask, target_mask, training)
-
-    def _body(self, x, memory, memory_mask, target_mask, training):
-        length = ops.shape(x)[1]
-        positions = ops.arange(length)
-        causal = positions[:, None] >= positions[None, :]  # (query, key)
-        self_mask = ops.logical_and(causal[None], ops.cast(target_mask, "bool")[:, None, :])
-        normed = self.self_attention_norm(x)
-        x = x + self.residual_dropout(
-            self.self_attention(normed, normed, self_mask, training=training), training=training
-        )
-        # Called as layers (not through `attend`), so the audit sees each softmax inside its island.
-        memory_mask = ops.cast(memory_mask, "bool")[:, None, :]
-        attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
-        x = x + self.residual_dropout(attended, training=training)
+        if self.cross:
+            # Called as a layer (not through `attend`), so the audit sees its softmax inside its island.
+            attended = self.cross_attention(self.cross_attention_norm(x), memory, memory_mask, training=training)
+            x = x + self.residual_dropout(attended, training=training)
         return self._ffn(x, training)
 
     def _ffn(self, x, training=False):
         transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
-        return x + self.residual_dropout(transformed, training=training)
+        return x + self.residual_dropout(transformed, training=training)  # (batch, length, hidden)
 
-    def step(self, x, index, cache_key, cache_value, memory_key, memory_value, memory_mask):
+    def step(self, x, index, cache_key, cache_value, memory_key=None, memory_value=None, memory_mask=None):
         """One position `index` (a scalar tensor) of x (batch, 1, hidden): its key and value
         are written into the caches (batch, heads, max_length, head_dim), and it attends
-        to positions 0..index. Returns (output, cache_key, cache_value)."""
-        attended, cache_key, cache_value = self.self_attention.attend_cached(
-            self.self_attention_norm(x), index, cache_key, cache_value
-        )
+        to positions 0..index (`Attention.attend_cached`), then over the memory's keys and
+        values. Returns (output, cache_key, cache_value)."""
+        norm, attention = self.self_attention_layers
+        attended, cache_key, cache_value = attention.attend_cached(norm(x), index, cache_key, cache_value)
         x = x + attended
-        x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
+        if self.cross:
+            x = x + self.cross_attention.attend(self.cross_attention_norm(x), memory_key, memory_value, memory_mask)
         return self._ffn(x), cache_key, cache_value
 
     def get_config(self):
@@ -335,4 +319,7 @@ class DecoderBlock(keras.layers.Layer):
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
             "remat": self.remat,
+            "attention": keras.saving.get_registered_name(self._attention_class),
+            "attention_name": self.attention_name,
+            "cross_attention": self.cross,
         }

@@ -2,7 +2,7 @@
 
 import keras
 
-from amptrain.models.blocks import EncoderBlock, TokenAndPositionEmbedding, block_arguments
+from amptrain.models.blocks import PreNormBlock, TokenAndPositionEmbedding, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.lean import LayerNormalization
 
@@ -25,6 +25,6 @@ def encode(
         x = x + extra
     x = Dropout(c.dropout, dtype=dtype, name="embedding_dropout")(x)
     for i in range(c.num_layers):
-        block = EncoderBlock(**block_arguments(c), dtype=dtype, name=f"block_{i}")
-        x = block(x, padding_mask=padding_mask)
+        block = PreNormBlock(**block_arguments(c), dtype=dtype, name=f"block_{i}")
+        x = block(x, attention_mask=padding_mask)
     return LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")(x)

@@ -1,5 +1,5 @@
-"""A decoder-only Transformer: pre-norm blocks of causal self-attention, learned positions,
-and input and output embeddings tied.
+"""A decoder-only Transformer: pre-norm blocks (`models.blocks.PreNormBlock`) of causal
+self-attention, learned positions, and input and output embeddings tied.
 
     model = LanguageModel(vocabulary_size=4096, max_length=256, model_config=config.model,
                           dtype="mixed_bfloat16")
@@ -21,11 +21,10 @@ from types import SimpleNamespace
 import keras
 from keras import ops
 
-from amptrain.models.blocks import Attention, block_arguments
+from amptrain.models.blocks import Attention, PreNormBlock, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.islands import float32_island
-from amptrain.models.lean import LayerNormalization, gelu
-from amptrain.models.remat import recomputed
+from amptrain.models.lean import LayerNormalization
 from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 
 
@@ -36,66 +35,6 @@ class CausalSelfAttention(Attention):
     counts half the attention's width)."""
 
     causal = True
-
-
-@keras.saving.register_keras_serializable(package="amptrain")
-class CausalBlock(keras.layers.Layer):
-    """Pre-norm: x + attention(norm(x)) over the kept keys, then x + ffn(norm(x))."""
-
-    def __init__(self, hidden_dim, num_heads, intermediate_dim, dropout=0.0, remat=False, **kwargs):
-        super().__init__(**kwargs)
-        self.hidden_dim, self.num_heads, self.intermediate_dim, self.dropout = (
-            hidden_dim,
-            num_heads,
-            intermediate_dim,
-            dropout,
-        )
-        self.remat = remat  # True: its activations recomputed in the backward pass (models/remat.py)
-        policy = self.dtype_policy
-        self.attention_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")
-        self.attention = CausalSelfAttention(hidden_dim, num_heads, dropout, dtype=policy, name="attention")
-        self.ffn_norm = LayerNormalization(epsilon=1e-6, dtype=policy, name="ffn_norm")
-        self.ffn_in = keras.layers.Dense(intermediate_dim, activation=gelu, dtype=policy, name="ffn_in")
-        self.ffn_out = keras.layers.Dense(hidden_dim, dtype=policy, name="ffn_out")
-        self.residual_dropout = Dropout(dropout, dtype=policy)
-
-    def build(self, input_shape):
-        for layer in (self.attention_norm, self.attention, self.ffn_norm, self.ffn_in):
-            layer.build(input_shape)
-        self.ffn_out.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
-
-    def call(self, x, keep, training=False):
-        """`keep`: bool (batch, query, key), True where a query may see a key."""
-        if self.remat and training:
-            return recomputed(self, lambda x: self._body(x, keep, True), x)
-        return self._body(x, keep, training)
-
-    def _body(self, x, keep, training):
-        normed = self.attention_norm(x)
-        x = x + self.residual_dropout(self.attention(normed, normed, keep, training=training), training=training)
-        return self._ffn(x, training)
-
-    def _ffn(self, x, training=False):
-        transformed = self.ffn_out(self.ffn_in(self.ffn_norm(x)))
-        return x + self.residual_dropout(transformed, training=training)
-
-    def step(self, x, index, cache_key, cache_value):
-        """Position `index` (a scalar tensor) of x (batch, 1, hidden) over the cached keys and
-        values (`blocks.Attention.attend_cached`); returns (output, cache_key, cache_value)."""
-        attended, cache_key, cache_value = self.attention.attend_cached(
-            self.attention_norm(x), index, cache_key, cache_value
-        )
-        return self._ffn(x + attended), cache_key, cache_value
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "remat": self.remat,
-        }
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -157,7 +96,8 @@ class LanguageModel(keras.Model):
         self.embedding_dropout = Dropout(c.dropout, dtype=dtype)
         # One attribute a block: TensorFlow checkpoints follow attributes, not a list of layers.
         for i in range(c.num_layers):
-            setattr(self, f"block_{i}", CausalBlock(**block_arguments(c), dtype=dtype, name=f"block_{i}"))
+            block = PreNormBlock(**block_arguments(c), attention=CausalSelfAttention, dtype=dtype, name=f"block_{i}")
+            setattr(self, f"block_{i}", block)
         self.final_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="final_norm")
         logits = TiedLogits(self.token_embedding, dtype="float32", name="logits")
         self.logits = float32_island(logits, "the logits feed a softmax over the vocabulary and the loss")

@@ -30,9 +30,12 @@ from types import SimpleNamespace
 import keras
 from keras import ops
 
-from amptrain.models.blocks import DecoderBlock, EncoderBlock, block_arguments
+from amptrain.models.blocks import Attention, PreNormBlock, block_arguments
 from amptrain.models.dropout import Dropout
 from amptrain.models.lean import LayerNormalization
+
+# A decoder block: causal self-attention (a mask (batch, query, key)), then attention over the encoder's output.
+DECODER = {"attention": Attention, "attention_name": "self_attention", "cross_attention": True}
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
@@ -146,10 +149,11 @@ class Translator(keras.Model):
         self.num_decoder_layers = c.num_decoder_layers or c.num_layers
         self.remat = getattr(c, "remat", "none")  # "blocks": each block recomputed in the backward pass
         for i in range(self.num_encoder_layers):
-            setattr(self, f"encoder_{i}", EncoderBlock(**block_arguments(c), dtype=dtype, name=f"encoder_{i}"))
+            setattr(self, f"encoder_{i}", PreNormBlock(**block_arguments(c), dtype=dtype, name=f"encoder_{i}"))
         self.encoder_norm = LayerNormalization(epsilon=1e-6, dtype=dtype, name="encoder_norm")
         for i in range(self.num_decoder_layers):
-            setattr(self, f"decoder_{i}", DecoderBlock(**block_arguments(c), dtype=dtype, name=f"decoder_{i}"))
+            decoder = PreNormBlock(**DECODER, **block_arguments(c), dtype=dtype, name=f"decoder_{i}")
+            setattr(self, f"decoder_{i}", decoder)
 
     def get_config(self):
         """Plain values only: `Translator.from_config` (and a `.keras` file) rebuilds the
@@ -206,14 +210,19 @@ class Translator(keras.Model):
     def encode(self, source_ids, source_mask, training=False):
         x = self._embed(self.source_embedding, self.source_positions, source_ids, training)
         for block in self.encoder_blocks:
-            x = block(x, padding_mask=source_mask, training=training)
+            x = block(x, attention_mask=source_mask, training=training)
         return self.encoder_norm(x)  # (batch, source length, hidden)
 
     def call(self, features, training=False):
         memory = self.encode(features["source_ids"], features["source_mask"], training)
         x = self._embed(self.target_embedding, self.target_positions, features["target_ids"], training)
+        # Teacher forcing over a whole target: position i sees positions 0..i only.
+        positions = ops.arange(ops.shape(x)[1])
+        causal = positions[:, None] >= positions[None, :]  # (query, key)
+        self_mask = ops.logical_and(causal[None], ops.cast(features["target_mask"], "bool")[:, None, :])
+        memory_mask = ops.cast(features["source_mask"], "bool")[:, None, :]
         for block in self.decoder_blocks:
-            x = block(x, memory, features["source_mask"], features["target_mask"], training=training)
+            x = block(x, self_mask, memory, memory_mask, training=training)
         return self.output_projection(self.decoder_norm(x))  # (batch, target length, vocabulary), float32
 
     # === Decoding, one position a step ===
