@@ -27,8 +27,8 @@ def diagnose(measure_peaks=True, measure=None, refresh=False):
 
     hardware = probe.Hardware.detect()
     config = Config()  # the defaults: policy and jit_compile "auto", every policy allowed
-    chosen, why = probe.rule(config, hardware)
-    found, excluded = probe.candidates(config, hardware)
+    chosen, why = probe.rule(config.precision, config.runtime, hardware)
+    found, excluded = probe.candidates(config.precision, config.runtime, hardware)
     report = {
         "versions": versions(),
         "gpus": [_gpu(d) for d in hardware.devices if d["type"] == "GPU"],
@@ -75,7 +75,7 @@ def probe_config(path, overrides=()):
     strategy = distribute.select_strategy(config.runtime).strategy
     task = prepared_in_scratch(config)
     planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
-    plan, base = probe.plan_for(config, probe.Hardware.detect(), planned)
+    plan, base = probe.plan_for(config.precision, config.runtime, probe.Hardware.detect(), planned)
     if isinstance(plan, probe.Decision):  # one candidate (an AVX2 CPU, or the keys named): nothing to compare
         decision = plan
         only = {"label": decision.candidate.label(), "tokens_per_second": None, "not_tried": ONLY_ONE}

@@ -224,7 +224,7 @@ class Trainer:
 
         config = self.config
         if isinstance(self.model, _keras_model()) and config.runtime.jit_compile == "auto":
-            candidate, why = probe.rule(config, probe.Hardware.detect())
+            candidate, why = probe.rule(config.precision, config.runtime, probe.Hardware.detect())
             logger.info(f"a built model is not measured: the hardware rule, XLA {candidate.jit_compile} ({why})")
             config = dataclasses.replace(
                 config, runtime=dataclasses.replace(config.runtime, jit_compile=candidate.jit_compile)

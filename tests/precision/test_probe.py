@@ -35,36 +35,44 @@ def config(**keys):
     return config_lib.config_from_dict(raw)
 
 
+def settings(config):
+    """The sections the candidates and the rule read."""
+    return config.precision, config.runtime
+
+
 def test_candidates_on_each_kind_of_machine():
     auto = config(runtime__jit_compile="auto")
     # On a CPU half precision is also tried with XLA around oneDNN's products ("fusible").
     excluded = {"fp16": probe.can_pay("mixed_float16", AMX)[1]}
-    assert probe.candidates(auto, AMX) == ([F32, F32X, BF16, BF16X, BF16F], excluded)
+    assert probe.candidates(*settings(auto), AMX) == ([F32, F32X, BF16, BF16X, BF16F], excluded)
     assert BF16F.label() == "bf16+fusible" and Candidate("float32", 1) == F32X
-    found, excluded = probe.candidates(auto, AVX2)
+    found, excluded = probe.candidates(*settings(auto), AVX2)
     assert found == [F32, F32X]
     assert set(excluded) == {"bf16", "fp16"} and "emulated" in excluded["bf16"]
     a100 = Hardware(devices=({"type": "GPU", "name": "g", "compute_capability": (8, 0)},))
-    assert [c.label() for c in probe.candidates(auto, a100)[0]] == [
+    assert [c.label() for c in probe.candidates(*settings(auto), a100)[0]] == [
         "float32", "float32+XLA", "bf16", "bf16+XLA", "fp16", "fp16+XLA",
     ]  # fmt: skip
     v100 = Hardware(devices=(gpu(7, 0),))
-    assert [c.policy for c in probe.candidates(auto, v100)[0]][::2] == ["float32", "mixed_float16"]
+    assert [c.policy for c in probe.candidates(*settings(auto), v100)[0]][::2] == ["float32", "mixed_float16"]
     tpu = Hardware(devices=({"type": "TPU", "name": "t"},))
-    assert {c.policy for c in probe.candidates(auto, tpu)[0]} == {"float32", "mixed_bfloat16"}
+    assert {c.policy for c in probe.candidates(*settings(auto), tpu)[0]} == {"float32", "mixed_bfloat16"}
 
 
 def test_named_keys_and_allow_narrow_the_candidates():
-    assert probe.candidates(config(runtime__jit_compile=False), AMX)[0] == [F32, BF16]
-    assert probe.candidates(config(precision__policy="mixed_bfloat16"), AMX)[0] == [BF16, BF16X, BF16F]
-    assert probe.candidates(config(runtime__jit_compile="fusible"), AMX)[0] == [Candidate("float32", "fusible"), BF16F]
+    assert probe.candidates(*settings(config(runtime__jit_compile=False)), AMX)[0] == [F32, BF16]
+    assert probe.candidates(*settings(config(precision__policy="mixed_bfloat16")), AMX)[0] == [BF16, BF16X, BF16F]
+    assert probe.candidates(*settings(config(runtime__jit_compile="fusible")), AMX)[0] == [
+        Candidate("float32", "fusible"),
+        BF16F,
+    ]
     only_f32 = config(precision__allow=["float32"])
-    found, excluded = probe.candidates(only_f32, AMX)
+    found, excluded = probe.candidates(*settings(only_f32), AMX)
     assert found == [F32, F32X] and excluded["bf16"] == "not in precision.allow"
     # check-numerics turns XLA off, so XLA is never tried
-    assert probe.candidates(config(runtime__check_numerics=True), AMX)[0] == [F32, BF16]
+    assert probe.candidates(*settings(config(runtime__check_numerics=True)), AMX)[0] == [F32, BF16]
     # allow naming only a policy that cannot pay here: it is tried all the same
-    assert probe.candidates(config(precision__allow=["mixed_bfloat16"]), AVX2)[0] == [BF16, BF16X, BF16F]
+    assert probe.candidates(*settings(config(precision__allow=["mixed_bfloat16"])), AVX2)[0] == [BF16, BF16X, BF16F]
 
 
 def test_the_fastest_best_round_wins():
@@ -311,9 +319,9 @@ def test_the_first_timings_rule_out_hopeless_xla_candidates(tmp_path, monkeypatc
 
 
 def test_the_rule_keeps_xla_off_on_a_cpu_and_within_allow():
-    assert probe.rule(config(runtime__jit_compile="auto"), AMX)[0] == BF16
-    assert probe.rule(config(runtime__jit_compile="auto"), Hardware(devices=(gpu(8, 0),)))[0] == BF16X
-    chosen, why = probe.rule(config(precision__allow=["float32"]), AMX)
+    assert probe.rule(*settings(config(runtime__jit_compile="auto")), AMX)[0] == BF16
+    assert probe.rule(*settings(config(runtime__jit_compile="auto")), Hardware(devices=(gpu(8, 0),)))[0] == BF16X
+    chosen, why = probe.rule(*settings(config(precision__allow=["float32"])), AMX)
     assert chosen.policy == "float32" and "not in precision.allow" in why
 
 
@@ -357,7 +365,7 @@ def test_a_real_probe_on_a_tiny_model(tiny, tmp_path, monkeypatch):
     # Near-ties go to the earlier of the config's candidates (the simpler), as the run's choice
     # takes them; the measurement's own order starts with the hardware rule's.
     config = config_lib.load_config(str(tiny / "tiny.toml"), list(overrides.items()))
-    found, _ = probe.candidates(config, Hardware.detect())
+    found, _ = probe.candidates(*settings(config), Hardware.detect())
     expected, _ = probe.choose(
         measured.results, found, estimate=lambda c, speed: measured.run_seconds(c, speed, record["planned_steps"])
     )

@@ -1,8 +1,8 @@
 """What `auto` may choose among on this machine, and what it chooses without measuring.
 
     hardware = Hardware.detect()
-    found, excluded = candidates(config, hardware)   # [Candidate] in preference order, {label: why not}
-    chosen, why = rule(config, hardware)             # the hardware rule: no measurement
+    found, excluded = candidates(config.precision, config.runtime, hardware)   # in preference order, {label: why not}
+    chosen, why = rule(config.precision, config.runtime, hardware)             # the hardware rule: no measurement
 
 The preference order is the tie rule's (`probe.choose`): float32 before bf16 before fp16,
 XLA off before on. `measuring_order` is the order the probe builds them in: the rule's
@@ -57,9 +57,9 @@ def can_pay(policy, hardware):
     return False, "CPU without AVX512_BF16 or AMX: bfloat16 is emulated"
 
 
-def candidates(config, hardware):
-    """([Candidate] in preference order, {label: why it is not tried})."""
-    p, r = config.precision, config.runtime
+def candidates(p, r, hardware):
+    """([Candidate] in preference order, {label: why it is not tried}) of the `[precision]`
+    and `[runtime]` sections `p` and `r` on `hardware`."""
     excluded = {}
     if p.policy != "auto":
         policies = [p.policy]
@@ -91,14 +91,13 @@ def candidates(config, hardware):
     return found, excluded
 
 
-def rule(config, hardware):
+def rule(p, r, hardware):
     """(Candidate, why) without measuring: the hardware rule (`policy.select_policy`)
     within `precision.allow`, and XLA on accelerators only. On a CPU XLA is off: its
     compilation does not pay on a short run, and on AMX it turns bf16 products into
-    float32 ones."""
+    float32 ones. `p`, `r`: the `[precision]` and `[runtime]` sections."""
     from amptrain.precision.policy import select_policy
 
-    p, r = config.precision, config.runtime
     if p.policy != "auto":
         policy, why = p.policy, "named in precision.policy"
     else:

@@ -35,7 +35,7 @@ def decide_precision(task, config, cache, strategy, recorded=None, hardware=None
         return dataclasses.replace(recorded, source="run folder"), None
     hardware = hardware or probe.Hardware.detect()
     planned = config.train.total_steps(max(1, task.steps_per_epoch // config.train.accumulation_steps))
-    plan, base = probe.plan_for(config, hardware, planned)
+    plan, base = probe.plan_for(config.precision, config.runtime, hardware, planned)
     if isinstance(plan, probe.Decision):
         return plan, None
     key = probe.cache_key(hardware, config, task.probe_batches()[1], plan.found, task.probe_identity())

@@ -7,7 +7,7 @@ run whose policy or `jit_compile` is "auto" times a few compiled steps of its ow
 its own dominant batch shape under each candidate and trains with the shortest estimated
 run. This module holds the decision's parts, none of which builds a model:
 
-    plan, base = plan_for(config, hardware, planned_steps)   # a named Decision, or what to measure
+    plan, base = plan_for(config.precision, config.runtime, hardware, planned_steps)  # a Decision, or a Plan
     key = cache_key(hardware, config, batch_shape, plan.found)
     ProbeCache().read(key)                                   # a Measurement that covers the run, or None
     decision = conclude(plan, measured, "measured", base, key, path)
@@ -98,15 +98,16 @@ def _round1(value):
     return None if value is None else round(value, 1)
 
 
-def plan_for(config, hardware, planned_steps):
+def plan_for(precision, runtime, hardware, planned_steps):
     """(Plan, what every decision records) when there is something to measure, else
-    (the named `Decision`, None): one candidate is left."""
-    found, excluded = candidates(config, hardware)
+    (the named `Decision`, None): one candidate is left. `precision`, `runtime`: the config's
+    sections, all the plan reads."""
+    found, excluded = candidates(precision, runtime, hardware)
     base = {"machine": hardware.describe(), "excluded": excluded, "planned_steps": planned_steps}
     if len(found) == 1:
-        why = "named in the config" if config.precision.policy != "auto" else "the only candidate"
+        why = "named in the config" if precision.policy != "auto" else "the only candidate"
         return Decision(found[0].policy, found[0].jit_compile, "named", why, **base), None
-    first, rule_why = rule(config, hardware)
+    first, rule_why = rule(precision, runtime, hardware)
     order = measuring_order(found, first)
     return Plan(found, order, planned_steps, on_cpu=not hardware.accelerators(), rule_why=rule_why), base
 
@@ -247,7 +248,9 @@ def resolved_for(config, run_dir):
     """A saved run's config with its decision (`precision.json`) in place of "auto"; a run
     made before the probe existed gets the hardware rule."""
     decision = read_record(os.path.join(run_dir, RECORD_FILE))
-    return apply(config, decision if decision is not None else rule(config, Hardware.detect())[0])
+    return apply(
+        config, decision if decision is not None else rule(config.precision, config.runtime, Hardware.detect())[0]
+    )
 
 
 def summary(decision):

@@ -236,7 +236,7 @@ def auto_choice(config, rows):
     (a run's probe also weighs XLA's compilations, one a batch shape, against its steps)."""
     from amptrain.autoprecision import probe
 
-    found, _ = probe.candidates(config, probe.Hardware.detect())
+    found, _ = probe.candidates(config.precision, config.runtime, probe.Hardware.detect())
     batch = config.train.batch_size if not config.data.tokens_per_batch else None
     usable = [r for r in rows if r["batch_size"] == batch or config.data.tokens_per_batch]
     if not usable:
