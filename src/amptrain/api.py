@@ -72,7 +72,7 @@ def _fit(config, run_dir, write_dir, cluster, make_task=None):
     # Only the chief reports progress on the terminal; the others their warnings and errors.
     logger = setup_logging(write_dir, quiet_console=not cluster.is_chief)
     logger.info(f"run folder {run_dir}")
-    sanity.warn_about_config(config)
+    sanity.warn_about_config(config.train)
     task = (make_task or create_task)(config, run_dir)
     learned_files.check(run_dir)  # a resume trains on with the files its checkpoints index
     placement, choice, winner = _prepare(config, task, cluster, run_dir)

@@ -49,4 +49,4 @@ def test_histograms_are_off_by_default(tiny):
 
     config = config_lib.load_config(str(tiny / "tiny.toml"))
     assert config.train.histogram_every == 0
-    assert Histograms.from_config(config, job=None, trainer=None, scalars=None) is None  # the loop holds none
+    assert Histograms.from_config(config.train, job=None, trainer=None, scalars=None) is None  # the loop holds none

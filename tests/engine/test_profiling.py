@@ -59,7 +59,7 @@ def test_an_exact_range_and_a_run_that_ends_inside_it(fake_profiler, caplog):
 
 def test_off_means_no_profiler(tiny):
     config = config_lib.load_config(str(tiny / "tiny.toml"))
-    assert config.runtime.profile_steps == [] and StepProfiler.from_config(config, "tb") is None
+    assert config.runtime.profile_steps == [] and StepProfiler.from_config(config.runtime, "tb") is None
 
 
 def test_a_profiled_fit_writes_a_trace_that_names_the_model_ops(tiny):

@@ -1,6 +1,6 @@
 """`train.histogram_every = N`: weight and gradient histograms in TensorBoard every N steps.
 
-    histograms = Histograms.from_config(config, job, trainer, scalars)   # None when off (0)
+    histograms = Histograms.from_config(config.train, job, trainer, scalars)   # None when off (0)
     histograms.write(step)
 
 Weights are the model's trainable variables as they are. The training step keeps no
@@ -21,8 +21,9 @@ class Histograms:
         self._batch = self._gradient_fn = None
 
     @classmethod
-    def from_config(cls, config, job, trainer, scalars):
-        every = config.train.histogram_every
+    def from_config(cls, train, job, trainer, scalars):
+        """From the `[train]` section's `histogram_every`; None when it is 0."""
+        every = train.histogram_every
         if not every:
             return None
         from amptrain import distribute

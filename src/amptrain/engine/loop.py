@@ -93,8 +93,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
         steps,
         eval_every=config.train.eval_every or steps_per_epoch,
         utilisation=Utilisation.for_run(job.model, policy, placement.strategy),
-        profiler=StepProfiler.from_config(config, os.path.join(write_dir, "tensorboard")),  # None: off
-        histograms=Histograms.from_config(config, job, parts.trainer, scalars),  # None: off
+        profiler=StepProfiler.from_config(config.runtime, os.path.join(write_dir, "tensorboard")),  # None: off
+        histograms=Histograms.from_config(config.train, job, parts.trainer, scalars),  # None: off
     )
     with sigterm_flag() as loop.terminated:
         try:

@@ -1,7 +1,7 @@
 """`runtime.profile_steps = [first, last]`: a trace of those steps for TensorBoard's
 profile plugin (`tensorboard-plugin-profile`), in `run_dir/tensorboard/plugins/profile`.
 
-    profiler = StepProfiler.from_config(config, "runs/x/tensorboard")   # None when off
+    profiler = StepProfiler.from_config(config.runtime, "runs/x/tensorboard")   # None when off
     profiler.before_call(step, n)   # starts the trace if the call's steps n meet the range
     profiler.after_call(step)       # stops it once `last` has run
     for thread, name, picoseconds in host_events(logdir): ...   # read a trace back
@@ -25,8 +25,9 @@ class StepProfiler:
         self.done = False
 
     @classmethod
-    def from_config(cls, config, logdir):
-        steps = config.runtime.profile_steps
+    def from_config(cls, runtime, logdir):
+        """From the `[runtime]` section's `profile_steps`; None when it names none."""
+        steps = runtime.profile_steps
         return cls(steps[0], steps[1], logdir) if steps else None
 
     def before_call(self, step, n):

@@ -1,6 +1,6 @@
 """Runs that would train without an error and report nonsense, named before or while they train.
 
-    warn_about_config(config)          # before training: an absurd learning rate
+    warn_about_config(config.train)    # before training: an absurd learning rate
     watch = LossGrowth(); watch.after_call(loss, step, config)   # a loss that grows by orders of magnitude
 
 Adam's step is about the learning rate whatever the gradient's size, so `learning_rate =
@@ -18,17 +18,16 @@ ABSURD_LEARNING_RATE = 0.1  # Adam(W) recipes for Transformers use 1e-5 .. 1e-2
 GROWTH = 100.0  # the loss this many times its first value: diverging, not noise
 
 
-def absurd_learning_rate(config):
-    """The (key, value) of a learning rate above ABSURD_LEARNING_RATE, or None."""
-    t = config.train
+def absurd_learning_rate(t):
+    """The (key, value) of a learning rate of the `[train]` section `t` above ABSURD_LEARNING_RATE, or None."""
     for key, value in (("train.learning_rate", t.learning_rate), ("train.head_learning_rate", t.head_learning_rate)):
         if value > ABSURD_LEARNING_RATE:
             return key, value
     return None
 
 
-def warn_about_config(config):
-    absurd = absurd_learning_rate(config)
+def warn_about_config(train):
+    absurd = absurd_learning_rate(train)
     if absurd:
         key, value = absurd
         logger.warning(
