@@ -73,7 +73,7 @@ HEAVY_FIRST = (
     "tests/engine/test_fused_step.py",
     "tests/bench/test_bench_command.py",
     "tests/engine/test_resume.py",
-    "tests/precision/test_probe.py",
+    "tests/autoprecision/test_probe.py",
     "tests/test_quiet_commands.py",
     "tests/engine/test_kill_during_save.py",
     "tests/tasks/test_translation.py",
