@@ -9,7 +9,9 @@ dependency), after `make pretrained-llm`:
 undoes llama.cpp's row order itself. For each of TEXTS, reference-smollm2.json holds the ids
 of the folder amptrain wrote (its tokenizer.json, loaded by `transformers`), the float32 logits
 of every position for the first COLUMNS pieces, the last position's 64 largest logits with
-their ids, and the greedy continuation of 20 new pieces (`generate`, special pieces skipped).
+their ids, and the greedy continuation of 20 new pieces (`generate`, special pieces skipped);
+for each of CONVERSATIONS, `apply_chat_template`'s ids (whole, and up to the last reply with
+the generation prompt) and how many pieces its replies and their end tokens make alone.
 It also prints how far `transformers` running amptrain's folder is from its own GGUF loading.
 """
 
@@ -30,6 +32,19 @@ TEXTS = [
     "Translate into Spanish: Good morning, 12 friends! ¿Qué tal? — ünïcödé ✓",
 ]
 COLUMNS = 32
+CONVERSATIONS = [
+    [
+        {"role": "user", "content": "Translate into Spanish: In the beginning God created the heaven and the earth."},
+        {"role": "assistant", "content": "En el principio creó Dios los cielos y la tierra."},
+    ],
+    [
+        {"role": "system", "content": "You translate English verse into Spanish, nothing else."},
+        {"role": "user", "content": "Translate into Spanish: And God said, Let there be light: and there was light."},
+        {"role": "assistant", "content": "Y dijo Dios: Sea la luz; y fue la luz."},
+        {"role": "user", "content": "And the 2nd verse? ¿Y el versículo 2? ✓"},
+        {"role": "assistant", "content": "Y la tierra estaba desordenada y vacía — 2."},
+    ],
+]
 
 
 def main():
@@ -61,8 +76,21 @@ def main():
                 "generated": tokenizer.decode(generated, skip_special_tokens=True),
             }
         )
+    chats = []
+    for conversation in CONVERSATIONS:
+        replies = [m["content"] + tokenizer.eos_token for m in conversation if m["role"] == "assistant"]
+        chats.append(
+            {
+                "messages": conversation,
+                "ids": tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=True)["input_ids"],
+                "prompt_ids": tokenizer.apply_chat_template(
+                    conversation[:-1], tokenize=True, add_generation_prompt=True, return_dict=True
+                )["input_ids"],
+                "reply_pieces": sum(len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in replies),
+            }
+        )
     with open(os.path.join(HERE, "reference-smollm2.json"), "w", encoding="utf-8") as f:
-        json.dump({"gguf": GGUF, "texts": records}, f, ensure_ascii=False)
+        json.dump({"gguf": GGUF, "texts": records, "chats": chats}, f, ensure_ascii=False)
     print(f"transformers on amptrain's folder against its own GGUF loading: max |logit difference| {worst:.2e}")
     for record in records:
         same = record["ids"] == record["gguf_tokenizer_ids"]

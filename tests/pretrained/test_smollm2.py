@@ -52,3 +52,26 @@ def test_predict_on_the_folder_and_on_the_gguf_file_continues_as_transformers():
     for path in (FOLDER, GGUF):
         got = amptrain.predict(path, texts, overrides=["generate.max_new_tokens=20"])
         assert [g["generated"] for g in got] == [r["generated"] for r in records], path
+
+
+def test_conversations_give_apply_chat_templates_ids_and_score_the_replies_alone():
+    """Its ChatML template (a default system turn when none is given), several turns, Unicode;
+    the scored pieces are the replies' and their `<|im_end|>`, counted."""
+    from tokenizers import Tokenizer
+
+    from amptrain.tasks.language_model.chat import ChatTemplate, encode_conversation
+
+    with open(os.path.join(HERE, "reference-smollm2.json"), encoding="utf-8") as f:
+        chats = json.load(f)["chats"]
+    tokenizer = Tokenizer.from_file(os.path.join(FOLDER, "tokenizer.json"))
+    template = ChatTemplate.from_folder(FOLDER)  # its tokenizer_config.json's special tokens
+    assert (template.special_tokens["bos_token"], template.special_tokens["eos_token"]) == (
+        "<|im_start|>",
+        "<|im_end|>",
+    )
+    for chat in chats:
+        ids, scored = encode_conversation(template, tokenizer, chat["messages"], "<|im_end|>")
+        assert ids == chat["ids"] and sum(scored) == chat["reply_pieces"]
+        prompt = template.render(chat["messages"][:-1], add_generation_prompt=True)
+        assert tokenizer.encode(prompt, add_special_tokens=False).ids == chat["prompt_ids"]
+        assert scored[len(chat["prompt_ids"]) :] == [1] * (len(ids) - len(chat["prompt_ids"]) - 1) + [0]

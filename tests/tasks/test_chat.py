@@ -1,0 +1,97 @@
+"""Chat data (tasks/language_model/chat.py): conversations read from JSONL with file:line
+errors, rendered in `transformers`' sandbox, and the replies alone scored. The ids against
+`transformers`' `apply_chat_template` on SmolLM2 are in tests/pretrained/test_smollm2.py."""
+
+import json
+import os
+
+import pytest
+from tokenizers import Tokenizer
+
+from amptrain.errors import ConfigError, DataError
+from amptrain.tasks.language_model.chat import ChatTemplate, encode_conversation, read_chat
+
+TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained")
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:\n{% endif %}"
+)
+CONVERSATION = [
+    {"role": "system", "content": "Answer in Spanish."},
+    {"role": "user", "content": "In the beginning"},
+    {"role": "assistant", "content": "En el principio"},
+    {"role": "user", "content": "God created"},
+    {"role": "assistant", "content": "creó Dios"},
+]
+
+
+def write_lines(path, records):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records))
+    return str(path)
+
+
+def test_both_formats_are_read_and_told_apart_by_their_keys(tmp_path):
+    path = write_lines(
+        tmp_path / "train.jsonl", [{"messages": CONVERSATION}, {"prompt": "Hola", "completion": "Hello"}]
+    )
+    first, second = read_chat(path)
+    assert first == CONVERSATION
+    assert second == [{"role": "user", "content": "Hola"}, {"role": "assistant", "content": "Hello"}]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", r"bad\.jsonl:2: not JSON"),
+        ('["a", "list"]', r"bad\.jsonl:2: expected a JSON object, received list"),
+        ('{"text": "plain"}', r"bad\.jsonl:2: expected the key messages, or prompt and completion; found text"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}', r"bad\.jsonl:2: messages\[0\]\.role: expected one of"),
+        ('{"messages": [{"role": "user", "content": 3}]}', r"bad\.jsonl:2: messages\[0\]\.content: expected a string"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}', r"bad\.jsonl:2: no assistant message"),
+        ('{"prompt": "hi", "completion": null}', r"bad\.jsonl:2: prompt and completion: expected strings"),
+    ],
+)
+def test_a_bad_line_is_one_error_naming_file_and_line(tmp_path, line, message):
+    path = write_lines(tmp_path / "bad.jsonl", [{"prompt": "a", "completion": "b"}, line])
+    with pytest.raises(DataError, match=message):
+        read_chat(path)
+
+
+def test_replies_and_their_end_pieces_are_the_scored_pieces():
+    tokenizer = Tokenizer.from_file(os.path.join(TINY, "tiny-gpt2", "tokenizer.json"))
+    template = ChatTemplate(TEMPLATE)
+    ids, scored = encode_conversation(template, tokenizer, CONVERSATION, "<|endoftext|>")
+    assert ids == tokenizer.encode(template.render(CONVERSATION), add_special_tokens=False).ids
+    replies = [i for i, s in zip(ids, scored) if s]
+    assert tokenizer.decode(replies, skip_special_tokens=False) == "En el principio<|endoftext|>creó Dios<|endoftext|>"
+    alone = [tokenizer.encode(f"{m['content']}<|endoftext|>").ids for m in CONVERSATION if m["role"] == "assistant"]
+    assert sum(scored) == sum(map(len, alone))  # counted: exactly the replies' pieces
+    _, everything = encode_conversation(template, tokenizer, CONVERSATION, "<|endoftext|>", score_all=True)
+    assert all(everything)
+
+
+def test_a_piece_across_a_replys_start_is_the_replys():
+    """ ": En" splits as ":", " En": the piece holding the reply's first letter is scored."""
+    tokenizer = Tokenizer.from_file(os.path.join(TINY, "tiny-gpt2", "tokenizer.json"))
+    template = ChatTemplate(TEMPLATE.replace(":\n", ": "))
+    ids, scored = encode_conversation(template, tokenizer, CONVERSATION, "<|endoftext|>")
+    replies = tokenizer.decode([i for i, s in zip(ids, scored) if s], skip_special_tokens=False)
+    assert replies == " En el principio<|endoftext|> creó Dios<|endoftext|>"
+
+
+def test_a_template_that_reaches_outside_its_sandbox_is_refused():
+    escape = ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}", origin="evil.jinja")
+    with pytest.raises(ConfigError, match=r"evil\.jinja: the template reaches outside its sandbox"):
+        escape.render(CONVERSATION)
+    with pytest.raises(ConfigError, match=r"ns\.jinja: the template reaches outside its sandbox"):
+        ChatTemplate("{% set ns = namespace(_hidden=1) %}{{ ns }}", origin="ns.jinja").render(CONVERSATION)
+    with pytest.raises(ConfigError, match=r"broken\.jinja:1: not a Jinja template"):
+        ChatTemplate("{% for m in messages %}", origin="broken.jinja")
+    with pytest.raises(DataError, match=r"strict\.jinja: the template refused a conversation: no system"):
+        ChatTemplate("{{ raise_exception('no system') }}", origin="strict.jinja").render(CONVERSATION)
+
+
+def test_transformers_globals_and_filters_render():
+    source = "{{ messages[0] | tojson }}|{{ dict(a=1)['a'] }}|{% generation %}{{ eos_token }}{% endgeneration %}"
+    text = ChatTemplate(source, {"eos_token": "</s>"}).render([{"role": "user", "content": "¿Qué?"}])
+    assert text == '{"role": "user", "content": "¿Qué?"}|1|</s>'
