@@ -95,3 +95,20 @@ def test_transformers_globals_and_filters_render():
     source = "{{ messages[0] | tojson }}|{{ dict(a=1)['a'] }}|{% generation %}{{ eos_token }}{% endgeneration %}"
     text = ChatTemplate(source, {"eos_token": "</s>"}).render([{"role": "user", "content": "¿Qué?"}])
     assert text == '{"role": "user", "content": "¿Qué?"}|1|</s>'
+
+
+def test_packed_blocks_score_the_next_piece_where_it_is_a_replys():
+    """Two conversations in one block of 8, the third in a second; a conversation longer than a
+    block is cut after its last reply that fits, and one whose first reply does not fit is dropped."""
+    from amptrain.tasks.language_model.chat import pack
+
+    first = ([10, 11, 12, 13], [0, 0, 1, 1])  # a prompt of two pieces, a reply of two
+    second = ([20, 21, 22], [0, 1, 1])
+    third = ([30, 31, 32, 33, 34, 35, 36, 37, 38, 39], [0, 1, 1, 0, 0, 1, 1, 0, 1, 1])  # 10 > 8: cut at 7
+    alone = ([40] * 9 + [41], [0] * 9 + [1])  # its one reply starts past the block
+    arrays, stats = pack([first, second, third, alone], 8)
+    assert arrays["token_ids"].tolist() == [[10, 11, 12, 13, 20, 21, 22, 0], [30, 31, 32, 33, 34, 35, 36, 0]]
+    assert arrays["labels"].tolist() == [[-1, 12, 13, -1, 21, 22, -1, -1], [31, 32, -1, -1, 35, 36, -1, -1]]
+    assert arrays["segment_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 0, 0, 0, -1]]
+    assert arrays["positions"][0].tolist() == [0, 1, 2, 3, 0, 1, 2, 0]
+    assert stats == {"conversations": 3, "cut": 1, "dropped": 1, "tokens_seen": 14, "tokens_scored": 8, "padding": 2}

@@ -27,6 +27,8 @@ import functools
 import json
 import os
 
+import numpy as np
+
 from amptrain.errors import ConfigError, DataError
 
 ROLES = ("system", "user", "assistant")
@@ -270,3 +272,52 @@ def encode_conversation(template, tokenizer, messages, end_token, score_all=Fals
         overlaps = any(start < e and end > s for s, e in spans)  # a piece that carries a reply's character
         scored.append(1 if score_all or overlaps else 0)
     return list(encoding.ids), scored
+
+
+def fit_to_block(ids, scored, length):
+    """(ids, scored) of a conversation cut to at most `length` pieces at the end of its last
+    reply that fits (a turn boundary), or None when not even its first reply fits."""
+    if len(ids) <= length:
+        return ids, scored
+    ends = [i + 1 for i in range(min(len(scored), length)) if scored[i] and (i + 1 == len(scored) or not scored[i + 1])]
+    if not ends:
+        return None
+    return ids[: ends[-1]], scored[: ends[-1]]
+
+
+def pack(conversations, length):
+    """Conversations [(ids, scored)] packed in order into blocks of `length` positions, a new
+    block when the next does not fit. Returns ({"token_ids", "labels", "segment_ids",
+    "positions"}: (blocks, length) int32 arrays, and {"conversations", "cut", "dropped",
+    "tokens_seen", "tokens_scored", "padding"}). A position's label is the next piece where
+    that piece is scored, else -1; segments and positions restart at each conversation (the
+    language model attends within a segment), padding is segment -1."""
+    rows, row, stats = [], [], {"conversations": 0, "cut": 0, "dropped": 0, "tokens_seen": 0, "tokens_scored": 0}
+    for ids, scored in conversations:
+        fitted = fit_to_block(ids, scored, length)
+        if fitted is None:
+            stats["dropped"] += 1
+            continue
+        stats["cut"] += len(fitted[0]) < len(ids)
+        if sum(len(c[0]) for c in row) + len(fitted[0]) > length:
+            rows.append(row)
+            row = []
+        row.append(fitted)
+    if row:
+        rows.append(row)
+    arrays = {name: np.full((len(rows), length), fill, np.int32) for name, fill in
+              (("token_ids", 0), ("labels", -1), ("segment_ids", -1), ("positions", 0))}  # fmt: skip
+    for r, members in enumerate(rows):
+        at = 0
+        for segment, (ids, scored) in enumerate(members):
+            n = len(ids)
+            arrays["token_ids"][r, at : at + n] = ids
+            arrays["labels"][r, at : at + n - 1] = np.where(np.asarray(scored[1:]) > 0, ids[1:], -1)
+            arrays["segment_ids"][r, at : at + n] = segment
+            arrays["positions"][r, at : at + n] = np.arange(n)
+            at += n
+            stats["conversations"] += 1
+            stats["tokens_seen"] += n
+    stats["tokens_scored"] = int((arrays["labels"] >= 0).sum())
+    stats["padding"] = int((arrays["segment_ids"] < 0).sum())
+    return arrays, stats
