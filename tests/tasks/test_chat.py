@@ -112,3 +112,16 @@ def test_packed_blocks_score_the_next_piece_where_it_is_a_replys():
     assert arrays["segment_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 0, 0, 0, -1]]
     assert arrays["positions"][0].tolist() == [0, 1, 2, 3, 0, 1, 2, 0]
     assert stats == {"conversations": 3, "cut": 1, "dropped": 1, "tokens_seen": 14, "tokens_scored": 8, "padding": 2}
+
+
+def test_the_shipped_conversations_read_and_share_no_verse():
+    data = os.path.join(os.path.dirname(TINY), "..", "data", "chat-en-es")
+    splits = {name: read_chat(os.path.join(data, f"{name}.jsonl")) for name in ("train", "dev", "test")}
+    assert {name: len(c) for name, c in splits.items()} == {"train": 4000, "dev": 100, "test": 200}
+    prompts = {name: {c[0]["content"] for c in conversations} for name, conversations in splits.items()}
+    assert (
+        not prompts["train"] & prompts["test"]
+        and not prompts["train"] & prompts["dev"]
+        and not prompts["dev"] & prompts["test"]
+    )
+    assert all(c[0]["content"].startswith("Translate into Spanish: ") for c in splits["test"])
