@@ -125,3 +125,23 @@ def test_the_shipped_conversations_read_and_share_no_verse():
         and not prompts["dev"] & prompts["test"]
     )
     assert all(c[0]["content"].startswith("Translate into Spanish: ") for c in splits["test"])
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "gemma"])
+def test_the_families_real_templates_give_apply_chat_templates_ids(family):
+    """The tiny folders with Llama 3's, Qwen2's and Gemma's own templates (a bos token, a default
+    system prompt, trimmed contents, Gemma's refusal of a system turn): `transformers`' ids
+    (make_chat_templates.py), and the replies' pieces counted."""
+    with open(os.path.join(TINY, "reference-chat-templates.json"), encoding="utf-8") as f:
+        records = json.load(f)[family]
+    folder = os.path.join(TINY, f"tiny-{family}")
+    tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    template = ChatTemplate.from_folder(folder)
+    for record in records:
+        ids, scored = encode_conversation(template, tokenizer, record["messages"], record["end_token"])
+        prompt = template.render(record["messages"][:-1], add_generation_prompt=True)
+        assert ids == record["ids"] and sum(scored) == record["reply_pieces"]
+        assert tokenizer.encode(prompt, add_special_tokens=False).ids == record["prompt_ids"]
+    if family == "gemma":
+        with pytest.raises(DataError, match=r"chat_template\.jinja: the template refused a conversation: System role"):
+            template.render([{"role": "system", "content": "x"}, *records[0]["messages"]])

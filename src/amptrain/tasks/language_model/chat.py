@@ -255,7 +255,7 @@ def reply_spans(template, messages, end_token):
                 f"{template.origin}: the conversation rendered up to turn {i} does not start with its rendering "
                 "before the turn; expected a template that appends turns"
             )
-        end = upto.find(end_token, len(before) + len(message["content"])) if end_token else -1
+        end = upto.find(end_token, len(before)) if end_token else -1  # content may be trimmed: from the start
         spans.append((len(before), end + len(end_token) if end >= 0 else len(upto)))
     return text, spans
 
