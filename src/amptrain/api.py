@@ -334,6 +334,22 @@ def predict(run_dir, texts, skip_blank=False, trust_run_code=False, overrides=()
     return predictor(run_dir, skip_blank, trust_run_code, overrides, precision)(list(texts))
 
 
+def chat(run_dir, texts, system=None, trust_run_code=False, overrides=(), precision=None):
+    """One reply a text, the text a user's message (after a system message `system`), through
+    the model's chat template: {"messages", "reply"} (`amptrain predict --chat`). `run_dir`: a
+    language model's run on a pretrained folder, or such a folder (or `.gguf`) itself."""
+    from amptrain.serving.served import find_export
+    from amptrain.tasks.language_model import LanguageModelTask
+    from amptrain.tasks.language_model.chat import replies
+
+    if find_export(run_dir) is not None:
+        raise UserError(f"{run_dir}: --chat needs the model's chat template; predict with the run or the folder")
+    task, model, _, _ = load_run(run_dir, (), trust_run_code, overrides, precision)
+    if not isinstance(task, LanguageModelTask):
+        raise UserError(f"{run_dir}: --chat is for a language model on a pretrained folder")
+    return replies(task, model, list(texts), system)
+
+
 def predictor(run_dir, skip_blank=False, trust_run_code=False, overrides=(), precision=None):
     """`predict` with the model (or the export) loaded once: a callable texts -> records, whose
     `task_class` is the Task subclass that makes them."""

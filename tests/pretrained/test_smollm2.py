@@ -75,3 +75,12 @@ def test_conversations_give_apply_chat_templates_ids_and_score_the_replies_alone
         prompt = template.render(chat["messages"][:-1], add_generation_prompt=True)
         assert tokenizer.encode(prompt, add_special_tokens=False).ids == chat["prompt_ids"]
         assert scored[len(chat["prompt_ids"]) :] == [1] * (len(ids) - len(chat["prompt_ids"]) - 1) + [0]
+
+
+def test_predict_chat_prints_the_reply_alone(capsys):
+    from amptrain.cli import main
+
+    text = "Translate into Spanish: In the beginning God created the heaven and the earth."
+    assert main(["predict", FOLDER, "--chat", text, "--max-new-tokens", "24"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() and "<|im_" not in out and "assistant" not in out and text not in out

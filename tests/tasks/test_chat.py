@@ -145,3 +145,29 @@ def test_the_families_real_templates_give_apply_chat_templates_ids(family):
     if family == "gemma":
         with pytest.raises(DataError, match=r"chat_template\.jinja: the template refused a conversation: System role"):
             template.render([{"role": "system", "content": "x"}, *records[0]["messages"]])
+
+
+def test_predict_chat_replies_as_predict_continues_the_rendered_prompt(capsys):
+    """`predict FOLDER --chat TEXT`: the tiny Qwen2 with its ChatML template; the reply is what
+    predict continues the rendered prompt (with the generation prompt) with, and alone is printed."""
+    import amptrain
+    from amptrain import api
+    from amptrain.cli import main
+
+    folder = os.path.join(TINY, "tiny-qwen2")
+    settings = ["generate.max_new_tokens=6"]
+    (record,) = api.chat(folder, ["Hola"], system="Be brief.", overrides=settings)
+    prompt = ChatTemplate.from_folder(folder).render(record["messages"], add_generation_prompt=True)
+    assert record["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert record["reply"] == amptrain.predict(folder, [prompt], overrides=settings)[0]["generated"]
+    assert main(["predict", folder, "--chat", "Hola", "--system", "Be brief.", "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out == record["reply"] + "\n"
+
+
+def test_predict_chat_without_a_template_or_system_without_chat_is_one_line(capsys):
+    from amptrain.cli import main
+
+    assert main(["predict", os.path.join(TINY, "tiny-gpt2"), "--chat", "Hola"]) == 2
+    assert "tiny-gpt2: no chat template; expected chat_template.jinja" in capsys.readouterr().err
+    assert main(["predict", os.path.join(TINY, "tiny-qwen2"), "--text", "Hola", "--system", "x"]) == 2
+    assert "--system is for --chat" in capsys.readouterr().err

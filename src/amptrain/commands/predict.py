@@ -19,6 +19,12 @@ def add(commands):
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text (repeatable)")
     source.add_argument("--input", help="a file of texts, one a line")
+    source.add_argument(
+        "--chat",
+        action="append",
+        help="a user's message to a chat model (repeatable): its reply alone is printed (with --json, the record)",
+    )
+    predict.add_argument("--system", help="with --chat: the system message before each user's")
     predict.add_argument(
         "--json",
         action="store_true",
@@ -39,6 +45,16 @@ def add(commands):
 
 def run(args):
     from amptrain import api
+
+    if args.chat:
+        records = api.chat(args.run_dir, args.chat, args.system, args.trust_run_code, generating(args), args.precision)
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False) if args.json else record["reply"])
+        return 0
+    if args.system:
+        from amptrain.errors import UserError
+
+        raise UserError("--system is for --chat; leave it out with --text and --input")
     from amptrain.serving.streaming import predict_lines, read_text_lines
 
     lines = read_text_lines(args.input) if args.input else None  # a bad file stops before any model loads
