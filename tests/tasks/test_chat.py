@@ -42,7 +42,7 @@ def test_both_formats_are_read_and_told_apart_by_their_keys(tmp_path):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("{not json", r"bad\.jsonl:2: not JSON"),
+        ("{not json", r"bad\.jsonl:2: not valid JSON"),
         ('["a", "list"]', r"bad\.jsonl:2: expected a JSON object, received list"),
         ('{"text": "plain"}', r"bad\.jsonl:2: expected the key messages, or prompt and completion; found text"),
         ('{"messages": [{"role": "robot", "content": "x"}]}', r"bad\.jsonl:2: messages\[0\]\.role: expected one of"),

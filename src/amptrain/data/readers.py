@@ -98,16 +98,22 @@ def _read_delimited(f, path, delimiter, text_column, label_column):
         line = reader.line_num + 1
 
 
+def json_object(path, line, raw):
+    """The JSON object on line `line` of a JSONL file, or a DataError naming path and line."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}:{line}: not valid JSON: {error.msg} (column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path}:{line}: expected a JSON object, received {type(record).__name__}")
+    return record
+
+
 def _read_jsonl(f, path, text_column, label_column):
     for line, raw in enumerate(f, start=1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}:{line}: not valid JSON: {error.msg} (column {error.colno})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{path}:{line}: expected a JSON object, received {type(record).__name__}")
+        record = json_object(path, line, raw)
         for column in (text_column, label_column):
             if column not in record:
                 raise DataError(f"{path}:{line}: no key {column!r}; found {sorted(record)}")

@@ -37,29 +37,16 @@ TEMPLATE_FILE = "chat_template.jinja"
 
 def read_chat(path):
     """The conversations of a JSONL file, each a list of {"role", "content"} messages."""
-    conversations = []
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    conversations.append(_conversation(json_line(path, number, line), path, number))
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
-    except OSError as error:
-        raise DataError(f"{path}: cannot read ({error.strerror})") from None
+    from amptrain.data.readers import json_object, read_lines
+
+    def parse(f):
+        lines = ((number, line) for number, line in enumerate(f, 1) if line.strip())
+        return [_conversation(json_object(path, number, line), path, number) for number, line in lines]
+
+    conversations = read_lines(path, parse)
     if not conversations:
         raise DataError(f"{path}: no conversation; expected a JSON object a line with messages or prompt/completion")
     return conversations
-
-
-def json_line(path, number, line):
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}:{number}: not JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(record, dict):
-        raise DataError(f"{path}:{number}: expected a JSON object, received {type(record).__name__}")
-    return record
 
 
 def _conversation(record, path, number):
@@ -327,12 +314,13 @@ def replies(task, model, user_texts, system=None):
     """`predict --chat`: each text as a user's message (after `system`'s, if given), the
     model's reply generated as `[generate]` says, to the end token; records {"messages",
     "reply"}. `task`: a language-model task on a pretrained folder with a chat template."""
-    from amptrain.tasks.language_model.generation import continuation, generate
+    from amptrain.tasks.language_model.generation import check, continuation, generate, padded_prompts
 
     if task.checkpoint is None:
         raise ConfigError(f"{task.run_dir}: --chat needs a model with a chat template (model.pretrained)")
     template = ChatTemplate.from_folder(task.checkpoint.path)
     settings, length = task.config.generate, task.config.data.max_length
+    check(settings, length)  # max_new_tokens within the context, as `predict` checks it
     conversations = [([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": t}]
                      for t in user_texts]  # fmt: skip
     encoded = [task.tokenizer.encode([template.render(c, add_generation_prompt=True)])[0] for c in conversations]
@@ -345,10 +333,7 @@ def replies(task, model, user_texts, system=None):
             )
     if not encoded:
         return []
-    lengths = np.array([len(ids) for ids in encoded], np.int32)
-    prompts = np.full((len(encoded), lengths.max()), -1, np.int32)
-    for row, ids in enumerate(encoded):
-        prompts[row, : len(ids)] = ids
+    prompts, lengths = padded_prompts(encoded)
     out = generate(model, prompts, lengths, task.eod_id, settings).numpy()
     return [
         {"messages": c, "reply": task.tokenizer.decode(continuation(row, n, task.eod_id))}

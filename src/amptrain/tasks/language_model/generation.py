@@ -116,6 +116,16 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     return out
 
 
+def padded_prompts(encoded):
+    """(batch, longest) int32 prompt ids, rows padded with -1, and each prompt's length:
+    what `generate` takes."""
+    lengths = np.array([len(ids) for ids in encoded], np.int32)
+    prompts = np.full((len(encoded), max(1, lengths.max())), -1, np.int32)
+    for row, ids in enumerate(encoded):
+        prompts[row, : len(ids)] = ids
+    return prompts, lengths
+
+
 def prompt_keys(prompt_ids, prompt_lengths, seed):
     """(batch,) int32: each row's sampling key, a 64-bit fingerprint (the same in every process)
     of the seed and the row's prompt ids, padding left out."""

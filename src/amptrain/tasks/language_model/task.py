@@ -334,12 +334,7 @@ class LanguageModelTask(Task):
                          self.config.data.max_length, len(before))  # fmt: skip
         keep = self.config.data.max_length - max_new_tokens - len(before)
         encoded = [np.concatenate([before, ids[-keep:] if len(ids) else ids]) for ids in self.tokenizer.encode(texts)]
-        encoded = [(ids if len(ids) else [self.empty_prompt_id]) for ids in encoded]
-        lengths = np.array([len(ids) for ids in encoded], np.int32)
-        prompts = np.full((len(encoded), max(1, lengths.max())), -1, np.int32)
-        for row, ids in enumerate(encoded):
-            prompts[row, : len(ids)] = ids
-        return prompts, lengths
+        return generation.padded_prompts([(ids if len(ids) else [self.empty_prompt_id]) for ids in encoded])
 
     @classmethod
     def check_config(cls, config):
