@@ -208,6 +208,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
         optimizer=task.optimizer,
         callbacks=task.callbacks,
         projections=task.projections,
+        data_figures=task.data_figures(),
     )
     try:
         return run_training(job, config, run_dir, placement, policy, reason, cluster, write_dir, choice)

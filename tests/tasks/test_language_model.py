@@ -16,10 +16,10 @@ import amptrain
 from amptrain.engine.run_log import read_metrics
 from amptrain.errors import DataError
 from amptrain.tasks.language_model import corpus, vocabulary
+from amptrain.tasks.language_model.blocks import BlockPlan, scores, segments_and_positions
 from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 from amptrain.tasks.language_model.generation import Settings, continuation, generate, greedy_by_recomputing
 from amptrain.tasks.language_model.model import LanguageModel
-from amptrain.tasks.language_model.task import BlockPlan, scores, segments_and_positions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KJV = os.path.join(ROOT, "data", "lm-kjv")

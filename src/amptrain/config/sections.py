@@ -125,6 +125,7 @@ class TrainConfig:
     clip_norm: float = 1.0  # 0 turns clipping off
     log_every: int = 25
     eval_every: int = 0  # 0: once an epoch
+    eval_on_start: bool = False  # score dev and test before the first step: the base beside the trained
     checkpoint_every: int = 100
     max_to_keep: int = 3
     patience: int = 0  # evaluations without improvement before stopping; 0: never

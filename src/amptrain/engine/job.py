@@ -49,6 +49,9 @@ class Job:
     # model -> [engine.projector.Projection]: the token embeddings for TensorBoard's
     # projector, written with each best checkpoint (`Task.projections`)
     projections: Callable = None
+    # {split: figures} of what the task read (`Task.data_figures`: a chat split's pieces
+    # scored, seen and padding), the run record's `data`; None: nothing to say
+    data_figures: dict = None
 
     @property
     def builds_shares(self):

@@ -78,6 +78,8 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
     record["input_share"] = job.input_share(cluster)
+    if job.data_figures:
+        record["data"] = job.data_figures
     record["memory"] = run_estimate(job.model, parts.optimizer, parts.weight_average)
     log.write({**record, **(choice.run_fields() if choice is not None else {"precision_choice": None})})
     if not start_step:
@@ -157,6 +159,8 @@ class _Loop:
                 return
             if step >= self.steps or self._stopped_early() or stopped_by_callback(self.log.path, step):
                 return
+            if not step and self.config.train.eval_on_start:
+                self._evaluate_on_start()
             if self.config.train.on_nonfinite == "restore" and self.checkpoints.restored_path is None:
                 self.checkpoints.save()  # something to go back to before the first interval
             while step < self.steps:
@@ -354,6 +358,21 @@ class _Loop:
                 stop = self._epoch_end(step, metrics if self.job.has_dev else {}) or stop
         self.checkpoints.save()
         return stop
+
+    def _evaluate_on_start(self):
+        """`train.eval_on_start`: dev and test scored before the first step, so the run's
+        records hold the starting model's scores beside the trained one's. Dev's counts
+        toward the best checkpoint: a run that never beats its start keeps its start."""
+        if self.job.has_dev:
+            metrics = self.job.evaluate("dev", self.job.model, self.trainer.predict, None, quick=True)
+            value = metrics[self.job.primary_metric] * (1 if self.job.higher_is_better else -1)
+            self.checkpoints.best_metric.assign(value)
+            self.checkpoints.best_step.assign(0)
+            self._log_eval(0, "dev", "start", metrics)
+            self.checkpoints.save_best()
+        if self.job.has_test:
+            metrics = self.job.evaluate("test", self.job.model, self.trainer.predict, None)
+            self._log_eval(0, "test", "start", metrics)
 
     def _project(self):
         """The best checkpoint's token embeddings for TensorBoard's projector (`projector.py`)."""

@@ -202,6 +202,11 @@ class Task(abc.ABC):
         none by default."""
         return []
 
+    def data_figures(self):
+        """{split: {figure: number}} the run record keeps under `data` (what packing made of a
+        chat split: pieces scored, seen, padding); None: nothing beyond the log."""
+        return None
+
     def learning_rate_scales(self, model):
         """{id(variable): factor} of the learning rate by variable (a pretrained encoder's
         layer-wise decay), or None for one rate everywhere; and the predicate of the variables

@@ -138,8 +138,13 @@ def prompt_keys(prompt_ids, prompt_lengths, seed):
 def pick(logits, temperature, top_k, top_p, keys, t):
     """The next piece of each row: the argmax when `temperature` is 0, else a sample of
     softmax(logits / temperature) kept to the `top_k` most likely (0: all) and to the most
-    likely whose probabilities sum to `top_p`, drawn from the row's own stream (`keys`, at step `t`)."""
+    likely whose probabilities sum to `top_p`, drawn from the row's own stream (`keys`, at step `t`).
+    Greedy steps skip the sampling's sort and draws (most of a step's time at 16 rows)."""
     greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return tf.cond(temperature > 0, lambda: _sample(logits, temperature, top_k, top_p, keys, t), lambda: greedy)
+
+
+def _sample(logits, temperature, top_k, top_p, keys, t):
     scaled = logits / tf.maximum(temperature, 1e-6)
     vocabulary = tf.shape(logits)[-1]
     k = tf.where(top_k > 0, tf.minimum(top_k, vocabulary), vocabulary)
@@ -156,8 +161,7 @@ def pick(logits, temperature, top_k, top_p, keys, t):
     def draw(row):
         return tf.cast(tf.random.stateless_categorical(row[0][None], 1, row[1])[0, 0], tf.int32)
 
-    sampled = tf.map_fn(draw, (masked, seeds), fn_output_signature=tf.int32)
-    return tf.where(temperature > 0, sampled, greedy)
+    return tf.map_fn(draw, (masked, seeds), fn_output_signature=tf.int32)
 
 
 def continuation(row, prompt_length, eod_id):

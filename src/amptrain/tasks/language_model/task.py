@@ -20,12 +20,17 @@ model and its tokenizer are the checkpoint's, and a document is framed as its to
 frames a text: its start pieces (Llama 3's `<|begin_of_text|>`; none for GPT-2), its pieces,
 its end piece; a new document starts after an end piece. `train.lora_rank` trains low-rank
 adapters only (lora.py).
+
+Chat data (JSONL conversations, told from the content, or `data.format = "chat"`) needs a
+pretrained folder with a chat template: its conversations are packed into the same blocks,
+the loss falls on the replies, and a split is scored by generating its last replies
+(`conversations.py`); the best checkpoint is the one of the highest dev chrF
+(`train.best_metric`).
 """
 
 import dataclasses
 import json
 import logging
-import math
 import os
 
 import numpy as np
@@ -33,7 +38,8 @@ import numpy as np
 from amptrain.errors import DataError
 from amptrain.files import atomic_write, fingerprint
 from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
-from amptrain.tasks.language_model import corpus, generation, lora, vocabulary
+from amptrain.tasks.language_model import conversations, corpus, generation, lora, vocabulary
+from amptrain.tasks.language_model.blocks import BlockPlan, scores, segments_and_positions
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
 
@@ -45,8 +51,8 @@ class LanguageModelTask(Task):
     primary_metric = "bits_per_byte"
     higher_is_better = False
     predictions_suffix = ".jsonl"
-    formats = ("auto", "text")
-    config_sections = {"generate": Settings, "train": lora.LoraTrainConfig}
+    formats = ("auto", "text", "chat")  # auto: chat when a file's first line is a conversation
+    config_sections = {"generate": Settings, "train": conversations.LanguageModelTrain}
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
     serving_module = GeneratorModule
@@ -57,6 +63,7 @@ class LanguageModelTask(Task):
         super().__init__(config, run_dir)
         self.labels = None
         self.tokenizer = None
+        self.is_chat = None  # told from the first split read (`_reads_chat`)
 
     # === Data ===
 
@@ -74,7 +81,7 @@ class LanguageModelTask(Task):
         )
         for name, split_files in files.items():
             self._add_split(name, split_files)
-        if "train" in self.splits:
+        if "train" in self.splits and not self.is_chat:
             train = self.splits["train"]
             logger.info(
                 f"data: {train.encoded['tokens_total']:,} training pieces ({train.encoded['bytes']:,} bytes) in "
@@ -84,10 +91,25 @@ class LanguageModelTask(Task):
     def add_split(self, name, path):
         self._add_split(name, corpus.corpus_files(path))
 
+    def _reads_chat(self, files):
+        """Whether `files` hold conversations (`data.format`, else their first line), the
+        same kind as every split before."""
+        fmt = self.config.data.format
+        chat = fmt == "chat" or fmt == "auto" and conversations.looks_like_chat(files[0])
+        if self.is_chat is not None and chat != self.is_chat:
+            kinds = ("text", "conversations (JSONL)")
+            raise DataError(f"{files[0]}: expected {kinds[self.is_chat]} like the other splits, received {kinds[chat]}")
+        self.is_chat = chat
+        self.primary_metric, self.higher_is_better = conversations.best_metric(self.config, chat)
+        return chat
+
     def _add_split(self, name, files):
         """Tokenizes `files` into the run folder's token file of `name` (again unless it was
         made from these very files, tokenizer and framing: `corpus.cached_tokens`), and keeps
         the split: its token map and byte size."""
+        if self._reads_chat(files):
+            self.splits[name] = conversations.chat_split(self, name, files)
+            return
         path = os.path.join(self.run_dir, f"tokens-{name}.bin")
         made_from = {
             "files": fingerprint(files),
@@ -174,7 +196,10 @@ class LanguageModelTask(Task):
 
     def blocks(self, split_name, scored=False):
         """Blocks of `split_name`: whole ones for training (a block is max_length pieces and the
-        next one, its targets), or enough to score every piece once (`scored`: the last one short)."""
+        next one, its targets), or enough to score every piece once (`scored`: the last one short);
+        chat data: its packed blocks."""
+        if self.is_chat:
+            return len(self.splits[split_name].encoded["blocks"]["token_ids"])
         targets = self.splits[split_name].encoded["tokens_total"] - 1
         length = self.config.data.max_length
         return -(-targets // length) if scored else max(1, targets // length)
@@ -182,6 +207,8 @@ class LanguageModelTask(Task):
     def block_builder(self, split_name):
         """(block indices, length) -> one batch of blocks: (features, targets, token counts);
         index -1 is a padding row, and a short last block is padded with pieces of weight 0."""
+        if self.is_chat:
+            return conversations.block_builder(self.splits[split_name].encoded["blocks"])
         tokens = self.splits[split_name].encoded["tokens"]
         starts = self.document_starts
 
@@ -264,10 +291,16 @@ class LanguageModelTask(Task):
         model.build()
         return model
 
+    def data_figures(self):
+        if not self.is_chat:
+            return None
+        return {name: split.encoded["stats"] for name, split in self.splits.items()}
+
     def projections(self, model):
         """The token embedding (also the output layer's), each piece as the text it stands for,
         with its count in the training split's token file."""
-        tokens, counts = self.splits["train"].encoded["tokens"], np.zeros(self.tokenizer.size, np.int64)
+        encoded, counts = self.splits["train"].encoded, np.zeros(self.tokenizer.size, np.int64)
+        tokens = encoded["blocks"]["token_ids"].ravel() if self.is_chat else encoded["tokens"]
         for first in range(0, len(tokens), 1 << 20):  # a chunk at a time: the file may exceed memory
             counts += np.bincount(np.asarray(tokens[first : first + (1 << 20)]), minlength=self.tokenizer.size)
         table = model.token_embedding.embeddings
@@ -290,10 +323,22 @@ class LanguageModelTask(Task):
 
     def evaluate(self, split_name, model, predict, predictions_path=None, quick=False):
         """{"loss", "perplexity", "bits_per_byte", "bytes", "tokens"} of every piece of the
-        split, each scored once; with `predictions_path`, the same as a JSON line."""
+        split, each scored once; with `predictions_path`, the same as a JSON line. Chat data:
+        the replies' loss and the generated replies' scores (`conversations.evaluate`)."""
+        split = self.splits[split_name]
+        nats, count = self._scored_nats(split_name, predict)
+        if self.is_chat:
+            return conversations.evaluate(self, split_name, model, (nats, count), predictions_path, quick)
+        metrics = scores(nats, count, split.encoded["bytes"])
+        if predictions_path:
+            with open(predictions_path + self.predictions_suffix, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"split": split_name, "files": split.examples, **metrics}) + "\n")
+        return metrics
+
+    def _scored_nats(self, split_name, predict):
+        """(the nats of every scored piece of the split, their number)."""
         import tensorflow as tf
 
-        split = self.splits[split_name]
         plan = self.plan(split_name, shuffle=False)
         build = self.block_builder(split_name)
         nats, count = 0.0, 0
@@ -305,11 +350,7 @@ class LanguageModelTask(Task):
             for (_, targets, _), losses in zip(batches, outputs):  # each position's nats
                 nats += float(np.sum(np.asarray(losses, np.float64) * targets["weights"]))
                 count += int(targets["weights"].sum())
-        metrics = scores(nats, count, split.encoded["bytes"])
-        if predictions_path:
-            with open(predictions_path + self.predictions_suffix, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"split": split_name, "files": split.examples, **metrics}) + "\n")
-        return metrics
+        return nats, count
 
     def predict_texts(self, texts, model, predict):
         """Each prompt continued as `[generate]` says: {"text", "generated"}."""
@@ -347,49 +388,4 @@ class LanguageModelTask(Task):
         require(ok, "data.vocabulary_size", f"an integer > {base} (the 256 bytes and two pieces)", d.vocabulary_size)
         generation.check(g)  # its context is checked where it generates (`prompt_ids`)
         lora.check(config)
-
-
-class BlockPlan:
-    """Which blocks make batch N: a permutation of the blocks an epoch seeded by (seed, epoch),
-    `rows` a batch (the last ones short of a batch are left for the next epoch's order), or
-    every block once in order (`shuffle=False`, the last batch padded with -1)."""
-
-    def __init__(self, num_blocks, rows, length, seed, shuffle):
-        self.num_blocks, self.rows, self.length, self.seed, self.shuffle = num_blocks, rows, length, seed, shuffle
-        self.steps_per_epoch = max(1, num_blocks // rows) if shuffle else -(-num_blocks // rows)
-        self._order = None
-
-    def batch(self, step):
-        epoch, within = divmod(step, self.steps_per_epoch)
-        if self.shuffle:
-            if self._order is None or self._order[0] != epoch:
-                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
-                self._order = (epoch, order)
-            indices = self._order[1][within * self.rows : (within + 1) * self.rows]
-        else:
-            indices = np.arange(within * self.rows, min((within + 1) * self.rows, self.num_blocks))
-        padded = np.full(self.rows, -1, np.int64)
-        padded[: len(indices)] = indices
-        return padded, self.length
-
-
-def segments_and_positions(starts, real):
-    """Each piece's document number within its row (from 0; a new one where `starts`, the
-    start of the next) and its position from its document's start; padding -1, 0."""
-    segments = np.cumsum(starts, axis=1).astype(np.int32)
-    columns = np.arange(starts.shape[1])
-    last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
-    positions = (columns - last_start).astype(np.int32)
-    return np.where(real, segments, -1), np.where(real, positions, 0)
-
-
-def scores(nats, count, size):
-    """Loss and perplexity per piece, bits per byte, and what they were taken over."""
-    loss = nats / max(count, 1)
-    return {
-        "loss": loss,
-        "perplexity": math.exp(min(loss, 700.0)),
-        "bits_per_byte": nats / math.log(2) / max(size, 1),
-        "bytes": int(size),
-        "tokens": int(count),
-    }
+        conversations.check(config)

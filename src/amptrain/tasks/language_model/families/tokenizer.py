@@ -74,6 +74,11 @@ class HubPieces:
 
         return graph_tokenizer(self)
 
+    @property
+    def library(self):
+        """The `tokenizers.Tokenizer` itself: its offsets place a chat's replies (`chat.py`)."""
+        return self._tokenizer
+
     def piece(self, index):
         """The piece `index` as the vocabulary writes it (the projector's labels)."""
         return self._tokenizer.id_to_token(index) or ""
