@@ -203,8 +203,7 @@ def _train(task, config, run_dir, write_dir, cluster, placement, choice, winner)
         has_test="test" in task.splits,
         learning_rates=task.learning_rate_scales,
         higher_is_better=task.higher_is_better,
-        # The probe's winner trained with the config's optimizer: the user's is built afresh.
-        parts=parts if task.optimizer is None else None,
+        parts=parts if task.optimizer is None else None,  # the probe's (a user's optimizer is built afresh)
         optimizer=task.optimizer,
         callbacks=task.callbacks,
         projections=task.projections,

@@ -57,8 +57,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     Returns the final test metrics (or {} without a test split)."""
     cluster = cluster or distribute.Cluster()
     write_dir = write_dir or run_dir
-    # A step is `accumulation_steps` batches of the task's plan.
-    steps_per_epoch = max(1, job.steps_per_epoch // config.train.accumulation_steps)
+    steps_per_epoch = max(1, job.steps_per_epoch // config.train.accumulation_steps)  # a step: K batches
     steps = config.train.total_steps(steps_per_epoch)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if any(r.get("kind") == "end" for r in read_metrics(metrics_path)):
@@ -78,8 +77,7 @@ def run_training(job, config, run_dir, placement, policy, policy_reason, cluster
     scalars = Scalars(os.path.join(write_dir, "tensorboard"))
     record = run_record(config, placement, cluster, policy, policy_reason, parts.loss_scale, start_step, steps)
     record["input_share"] = job.input_share(cluster)
-    if job.data_figures:
-        record["data"] = job.data_figures
+    record.update({"data": job.data_figures} if job.data_figures else {})  # what a task says of its data
     record["memory"] = run_estimate(job.model, parts.optimizer, parts.weight_average)
     log.write({**record, **(choice.run_fields() if choice is not None else {"precision_choice": None})})
     if not start_step:
@@ -360,9 +358,8 @@ class _Loop:
         return stop
 
     def _evaluate_on_start(self):
-        """`train.eval_on_start`: dev and test scored before the first step, so the run's
-        records hold the starting model's scores beside the trained one's. Dev's counts
-        toward the best checkpoint: a run that never beats its start keeps its start."""
+        """`train.eval_on_start`: dev and test scored before the first step (the start's scores
+        beside the trained one's); dev's counts: a run that never beats its start keeps it."""
         if self.job.has_dev:
             metrics = self.job.evaluate("dev", self.job.model, self.trainer.predict, None, quick=True)
             value = metrics[self.job.primary_metric] * (1 if self.job.higher_is_better else -1)
