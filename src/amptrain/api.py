@@ -340,7 +340,7 @@ def chat(run_dir, texts, system=None, trust_run_code=False, overrides=(), precis
     language model's run on a pretrained folder, or such a folder (or `.gguf`) itself."""
     from amptrain.serving.served import find_export
     from amptrain.tasks.language_model import LanguageModelTask
-    from amptrain.tasks.language_model.chat import replies
+    from amptrain.tasks.language_model.conversations import replies
 
     if find_export(run_dir) is not None:
         raise UserError(f"{run_dir}: --chat needs the model's chat template; predict with the run or the folder")

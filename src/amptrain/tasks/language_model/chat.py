@@ -308,34 +308,3 @@ def pack(conversations, length):
     stats["tokens_scored"] = int((arrays["labels"] >= 0).sum())
     stats["padding"] = int((arrays["segment_ids"] < 0).sum())
     return arrays, stats
-
-
-def replies(task, model, user_texts, system=None):
-    """`predict --chat`: each text as a user's message (after `system`'s, if given), the
-    model's reply generated as `[generate]` says, to the end token; records {"messages",
-    "reply"}. `task`: a language-model task on a pretrained folder with a chat template."""
-    from amptrain.tasks.language_model.generation import check, continuation, generate, padded_prompts
-
-    if task.checkpoint is None:
-        raise ConfigError(f"{task.run_dir}: --chat needs a model with a chat template (model.pretrained)")
-    template = ChatTemplate.from_folder(task.checkpoint.path)
-    settings, length = task.config.generate, task.config.data.max_length
-    check(settings, length)  # max_new_tokens within the context, as `predict` checks it
-    conversations = [([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": t}]
-                     for t in user_texts]  # fmt: skip
-    encoded = [task.tokenizer.encode([template.render(c, add_generation_prompt=True)])[0] for c in conversations]
-    room = length - settings.max_new_tokens
-    for text, ids in zip(user_texts, encoded):
-        if len(ids) > room:
-            raise DataError(
-                f"--chat {text[:40]!r}: {len(ids)} pieces with the template, more than the {room} the model's "
-                f"{length} positions leave beside generate.max_new_tokens ({settings.max_new_tokens})"
-            )
-    if not encoded:
-        return []
-    prompts, lengths = padded_prompts(encoded)
-    out = generate(model, prompts, lengths, task.eod_id, settings).numpy()
-    return [
-        {"messages": c, "reply": task.tokenizer.decode(continuation(row, n, task.eod_id))}
-        for c, row, n in zip(conversations, out, lengths)
-    ]

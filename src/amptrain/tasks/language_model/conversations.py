@@ -160,10 +160,10 @@ def evaluate(task, split_name, model, nats_and_count, predictions_path=None, qui
     return metrics
 
 
-def generate_replies(task, model, prompts):
-    """The greedy reply to each prompt (piece ids ending with the generation prompt), to the
-    end piece or `generate.max_new_tokens`, GENERATE_ROWS at a time."""
-    settings = dataclasses.replace(task.config.generate, temperature=0.0)
+def generate_replies(task, model, prompts, settings=None):
+    """The reply to each prompt (piece ids ending with the generation prompt), to the end
+    piece or `generate.max_new_tokens`, GENERATE_ROWS at a time; greedy unless `settings`."""
+    settings = settings or dataclasses.replace(task.config.generate, temperature=0.0)
     length = task.config.data.max_length
     room = length - settings.max_new_tokens
     replies = []
@@ -173,3 +173,26 @@ def generate_replies(task, model, prompts):
         out = generation.generate(model, padded, lengths, task.eod_id, settings).numpy()
         replies += [task.tokenizer.decode(generation.continuation(r, n, task.eod_id)) for r, n in zip(out, lengths)]
     return replies
+
+
+def replies(task, model, user_texts, system=None):
+    """`predict --chat`: each text as a user's message (after `system`'s, if given), the
+    model's reply generated as `[generate]` says, to the end token; records {"messages",
+    "reply"}. `task`: a language-model task on a pretrained folder with a chat template."""
+    if task.checkpoint is None:
+        raise ConfigError(f"{task.run_dir}: --chat needs a model with a chat template (model.pretrained)")
+    template = chat.ChatTemplate.from_folder(task.checkpoint.path)
+    settings, length = task.config.generate, task.config.data.max_length
+    generation.check(settings, length)  # max_new_tokens within the context, as `predict` checks it
+    conversations = [([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": t}]
+                     for t in user_texts]  # fmt: skip
+    encoded = [task.tokenizer.encode([template.render(c, add_generation_prompt=True)])[0] for c in conversations]
+    room = length - settings.max_new_tokens
+    for text, ids in zip(user_texts, encoded):
+        if len(ids) > room:
+            raise DataError(
+                f"--chat {text[:40]!r}: {len(ids)} pieces with the template, more than the {room} the model's "
+                f"{length} positions leave beside generate.max_new_tokens ({settings.max_new_tokens})"
+            )
+    made = generate_replies(task, model, encoded, settings)
+    return [{"messages": c, "reply": reply} for c, reply in zip(conversations, made)]
