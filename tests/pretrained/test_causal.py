@@ -172,3 +172,28 @@ def test_rank_8_adapters_train_under_5_percent_of_a_gpt2_128_wide(tmp_path):
     assert parts["trainable_parameters"] == 2 * 2 * (128 * 2 * 8 + 8 * 64) == 10_240
     assert parts["trainable_parameters"] / parts["parameters"] < 0.05
     assert parts["slots"] == 2 * 4 * 10_240 + 8 and parts["gradients"] == 4 * 10_240
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "gemma"])
+def test_a_position_at_a_time_over_the_cache_is_the_whole_forward_pass(family):
+    """Generation's step (Llama's and Qwen2's lean, `families/decoding.py`; Gemma's through
+    keras-hub) with adapters on every projection: each position's logits are the full pass's
+    (float32, 1e-4); under mixed_bfloat16 they stay within the precision's reach of them."""
+    import tensorflow as tf
+
+    ids = [5, 17, 3, 40, 9, 22, 11]
+    full = None
+    for dtype, tolerance in (("float32", 1e-4), ("mixed_bfloat16", 0.1)):
+        model = PretrainedLanguageModel(read_checkpoint(folder(family)), 16, 0.0, dtype)
+
+        class Every(Train):
+            lora_targets = "query,key,value,output,gate,up,down"
+
+        apply_lora(model, Every)
+        for variable in adapters(model):
+            variable.assign(np.random.default_rng(1).normal(0, 0.3, variable.shape).astype(np.float32))
+        full = model(features(ids)).numpy()[0] if full is None else full
+        caches, weights = model.empty_caches(2, 16), model.decoding_weights()
+        for index, piece in enumerate(ids):
+            logits, caches = model.step(tf.constant([piece, piece], tf.int32), index, caches, weights)
+            assert np.abs(logits.numpy() - full[index][None]).max() < tolerance * max(1.0, np.abs(full).max())

@@ -94,13 +94,14 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     out = tf.where(tf.range(length)[None] < prompt_lengths[:, None], out, -1)
     limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
     caches = model.empty_caches(batch, length)
+    weights = model.decoding_weights()  # once, outside the loop: merged, cast kernels (pretrained Llama, Qwen2)
     keys = prompt_keys(out, prompt_lengths, seed)
 
     def running(t, out, done, caches):
         return tf.logical_and(t < length - 1, tf.logical_not(tf.reduce_all(done)))
 
     def step(t, out, done, caches):
-        logits, caches = model.step(tf.maximum(out[:, t], 0), t, caches)
+        logits, caches = model.step(tf.maximum(out[:, t], 0), t, caches, weights)
         chosen = pick(logits, temperature, top_k, top_p, keys, t)
         writes = tf.logical_and(t + 1 >= prompt_lengths, tf.logical_not(done))  # past the prompt, still going
         writes = tf.logical_and(writes, t + 1 < limit)

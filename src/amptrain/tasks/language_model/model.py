@@ -139,7 +139,11 @@ class LanguageModel(keras.Model):
         shape = (batch, self.num_heads, length, head_dim)
         return [(ops.zeros(shape, dtype), ops.zeros(shape, dtype)) for _ in self.blocks]
 
-    def step(self, token_ids, index, caches):
+    def decoding_weights(self):
+        """What `step` needs made once a generation: nothing (the blocks read their own weights)."""
+        return None
+
+    def step(self, token_ids, index, caches, weights=None):
         """(logits (batch, vocabulary) of the piece after position `index`, the caches with it):
         `token_ids` (batch,) is the piece at `index`, one document from position 0."""
         x = self.token_embedding(token_ids[:, None]) + self.position_embedding(ops.reshape(index, (1, 1)))

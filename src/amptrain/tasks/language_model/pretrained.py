@@ -11,7 +11,8 @@ the folder (models/families/). Packed documents attend within themselves: each d
 layer runs on amptrain's mask (causal and same-document), through the family's `run_layer`;
 RoPE is relative, so a document packed after another scores as it would alone, and GPT-2's
 learned positions count from each document's start. Generation runs a position at a time
-over keras-hub's own cache of each layer (batch, 2, length, key-value heads, head size).
+over a cache of each layer: Llama's and Qwen2's lean (`families/decoding.py`), GPT-2's and
+Gemma's through keras-hub's own cached call.
 The logits and the loss are the float32 island of `model.TiedLogits`, over the tied table
 or the untied output layer.
 """
@@ -21,7 +22,7 @@ from keras import ops
 
 from amptrain.models.families.loading import load_backbone
 from amptrain.models.islands import float32_island
-from amptrain.tasks.language_model.families import family_of
+from amptrain.tasks.language_model.families import decoding, family_of
 from amptrain.tasks.language_model.model import TiedLogits
 
 BACKBONE_NAME = "pretrained_decoder"
@@ -94,18 +95,41 @@ class PretrainedLanguageModel(keras.Model):
         return self.logits(states)
 
     def empty_caches(self, batch, length):
-        """Zero caches of every layer, keras-hub's layout: (batch, 2, length, key-value heads, head size)."""
+        """Zero caches of every layer: (keys, values) of (batch, key-value heads, length, head
+        size) where the family decodes lean (`families/decoding.py`), else keras-hub's layout
+        (batch, 2, length, key-value heads, head size)."""
+        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
+        if self.family.lean_decoding:
+            return [decoding.empty_cache(layer, batch, length, dtype) for layer in self.blocks]
         b = self.backbone
         heads = getattr(b, "num_key_value_heads", None) or b.num_heads
         head_dim = getattr(b, "head_dim", None) or b.hidden_dim // getattr(b, "num_query_heads", heads)
-        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
         return [ops.zeros((batch, 2, length, heads, head_dim), dtype) for _ in self.blocks]
 
-    def step(self, token_ids, index, caches):
-        """(logits (batch, vocabulary) of the piece after position `index`, the caches with it)."""
-        x = self._embed(token_ids[:, None], start=index)
+    def decoding_weights(self):
+        """What `step` reads of the projections, made once a generation: their kernels with the
+        adapters merged, in the compute dtype (None where the family decodes through keras-hub)."""
+        if not self.family.lean_decoding:
+            return None
+        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
+        return decoding.decoding_weights(self.blocks, self.family.projections, dtype)
+
+    def step(self, token_ids, index, caches, weights=None):
+        """(logits (batch, vocabulary) of the piece after position `index`, the caches with it);
+        `weights`: `decoding_weights()`, made here when not given."""
+        if not self.family.lean_decoding:
+            x = self._embed(token_ids[:, None], start=index)
+            updated = []
+            for layer, cache in zip(self.blocks, caches):
+                x, cache = self.family.run_cached(layer, x, cache, index)
+                updated.append(cache)
+            return self.logits(self.backbone.layer_norm(x))[:, 0], updated
+        weights = weights if weights is not None else self.decoding_weights()
+        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
+        table = self.backbone.token_embedding.embeddings
+        x = ops.cast(ops.take(table, token_ids, axis=0), dtype)  # the rows cast, not the whole table
         updated = []
-        for layer, cache in zip(self.blocks, caches):
-            x, cache = self.family.run_cached(layer, x, cache, index)
-            updated.append(cache)
-        return self.logits(self.backbone.layer_norm(x))[:, 0], updated
+        for layer, layer_weights, (keys, values) in zip(self.blocks, weights, caches):
+            x, keys, values = decoding.decoder_step(layer, layer_weights, x, keys, values, index)
+            updated.append((keys, values))
+        return self.logits(self.backbone.layer_norm(x)[:, None])[:, 0], updated

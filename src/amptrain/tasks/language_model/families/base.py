@@ -24,6 +24,8 @@ class CausalFamily:
     run_layer: Callable = None
     # (decoder layer, x, cache, index) -> (x, cache): one position over the layer's cache
     run_cached: Callable = None
+    # Llama's and Qwen2's layers: generation runs `decoding.decoder_step` instead of run_cached
+    lean_decoding: bool = False
     # LoRA's target names (`train.lora_targets`) -> the sub-layer of a decoder layer, by attribute path
     projections: dict = dataclasses.field(default_factory=dict)
 

@@ -32,5 +32,6 @@ FAMILY = CausalFamily(
     backbone_arguments=backbone_arguments,
     run_layer=llama_layer,
     run_cached=decoder_cached,
+    lean_decoding=True,
     projections=DECODER_PROJECTIONS,
 )

@@ -15,5 +15,6 @@ FAMILY = CausalFamily(
     converter="convert_qwen",
     run_layer=llama_layer,
     run_cached=decoder_cached,
+    lean_decoding=True,
     projections=DECODER_PROJECTIONS,
 )
