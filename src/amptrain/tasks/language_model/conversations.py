@@ -162,16 +162,21 @@ def evaluate(task, split_name, model, nats_and_count, predictions_path=None, qui
 
 def generate_replies(task, model, prompts, settings=None):
     """The reply to each prompt (piece ids ending with the generation prompt), to the end
-    piece or `generate.max_new_tokens`, GENERATE_ROWS at a time; greedy unless `settings`."""
+    piece or `generate.max_new_tokens`, GENERATE_ROWS at a time, shortest prompts together
+    (a batch's prompts are written into the caches at once up to its shortest: `generation`);
+    greedy unless `settings`."""
     settings = settings or dataclasses.replace(task.config.generate, temperature=0.0)
     length = task.config.data.max_length
     room = length - settings.max_new_tokens
-    replies = []
+    prompts = [ids[-room:] for ids in prompts]  # a long prompt: its end
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    replies = [""] * len(prompts)
     for first in range(0, len(prompts), GENERATE_ROWS):
-        chunk = [ids[-room:] for ids in prompts[first : first + GENERATE_ROWS]]  # a long prompt: its end
-        padded, lengths = generation.padded_prompts(chunk)
+        rows = order[first : first + GENERATE_ROWS]
+        padded, lengths = generation.padded_prompts([prompts[i] for i in rows])
         out = generation.generate(model, padded, lengths, task.eod_id, settings).numpy()
-        replies += [task.tokenizer.decode(generation.continuation(r, n, task.eod_id)) for r, n in zip(out, lengths)]
+        for i, r, n in zip(rows, out, lengths):
+            replies[i] = task.tokenizer.decode(generation.continuation(r, n, task.eod_id))
     return replies
 
 

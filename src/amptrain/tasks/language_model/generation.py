@@ -14,8 +14,10 @@ stream of its own, `stateless_categorical` keyed by (a hash of the seed and the 
 prompt ids, t), so a prompt continues alike alone, beside others, or served under load.
 Positions past a row's prompt and continuation hold -1 (a pretrained model's id 0 is a
 piece like any other); the model is fed 0 there, and nothing it computes from it is kept.
-`greedy_by_recomputing` runs the whole prefix again each step, the slow reference the
-cached loop must equal.
+Where the model decodes lean (a pretrained Llama or Qwen2: `families/decoding.py`), the
+positions before the shortest prompt's last are written into the caches in one pass first,
+and the loop starts there. `greedy_by_recomputing` runs the whole prefix again each step,
+the slow reference the cached loop must equal.
 """
 
 import dataclasses
@@ -113,7 +115,11 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
         return t + 1, out, done, caches
 
     done = prompt_lengths >= limit
-    _, out, _, _ = tf.while_loop(running, step, (tf.constant(0), out, done, caches))
+    start = tf.constant(0)
+    if weights is not None:  # lean decoding: the positions every prompt still holds written at once
+        start = tf.maximum(tf.reduce_min(prompt_lengths) - 1, 0)
+        caches = model.prefill(tf.maximum(out[:, :start], 0), caches, weights)
+    _, out, _, _ = tf.while_loop(running, step, (start, out, done, caches))
     return out
 
 

@@ -124,6 +124,15 @@ class PretrainedLanguageModel(keras.Model):
                 x, cache = self.family.run_cached(layer, x, cache, index)
                 updated.append(cache)
             return self.logits(self.backbone.layer_norm(x))[:, 0], updated
+        x, updated = self._decode(token_ids[:, None], index, caches, weights)
+        return self.logits(self.backbone.layer_norm(x))[:, 0], updated
+
+    def prefill(self, token_ids, caches, weights):
+        """The caches with positions 0 to n - 1 of `token_ids` (batch, n) written in, all at once
+        (what `step` would write one by one); Llama's and Qwen2's (`weights` not None) only."""
+        return self._decode(token_ids, 0, caches, weights)[1]
+
+    def _decode(self, token_ids, index, caches, weights):
         weights = weights if weights is not None else self.decoding_weights()
         dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
         table = self.backbone.token_embedding.embeddings
@@ -132,4 +141,4 @@ class PretrainedLanguageModel(keras.Model):
         for layer, layer_weights, (keys, values) in zip(self.blocks, weights, caches):
             x, keys, values = decoding.decoder_step(layer, layer_weights, x, keys, values, index)
             updated.append((keys, values))
-        return self.logits(self.backbone.layer_norm(x)[:, None])[:, 0], updated
+        return x, updated

@@ -3,7 +3,9 @@
 
     weights = decoding_weights(model.blocks, model.family.projections, "bfloat16")   # once a generation
     keys, values = empty_cache(layer, batch, length, "bfloat16")
-    x, keys, values = decoder_step(layer, weights[i], x, keys, values, index)
+    x, keys, values = decoder_step(layer, weights[i], x, keys, values, index)   # x (batch, positions, width)
+
+A prompt's first positions go through `decoder_step` at once (a prefill), then one a step.
 
 keras-hub's call is written for any shape, and a position at a time it pays for that: with
 LoRA each projection merges kernel + (alpha / rank) A B and casts it on every call; the keys
@@ -50,43 +52,48 @@ def empty_cache(layer, batch, length, dtype):
 
 
 def decoder_step(layer, weights, x, keys, values, index):
-    """(x, keys, values): the layer's output at position `index` for `x` (batch, width), and its
-    cache with that position's key and value written in."""
+    """(x, keys, values): the layer's output for `x` (batch, positions, width), the positions
+    from `index` on, and its cache with their keys and values written in. One position a
+    step while generating; a prompt's first positions at once before (`prefill`)."""
     attention = layer._self_attention_layer
     heads, kv_heads, size = attention.num_query_heads, attention.num_key_value_heads, _head_size(attention)
-    batch = tf.shape(x)[0]
+    group, batch, count = heads // kv_heads, tf.shape(x)[0], tf.shape(x)[1]
     normed = layer._self_attention_layernorm(x)
-    query = _project(normed, weights["query"])
-    key = _project(normed, weights["key"])
-    query = attention.rotary_embedding_layer(tf.reshape(query, (batch, 1, heads, size)), start_index=index)
-    key = attention.rotary_embedding_layer(tf.reshape(key, (batch, 1, kv_heads, size)), start_index=index)
-    value = tf.reshape(_project(normed, weights["value"]), (batch, kv_heads, 1, size))
-    keys = _write(keys, tf.reshape(key, (batch, kv_heads, size)), index)
-    values = _write(values, tf.reshape(value, (batch, kv_heads, size)), index)
-    # query head j reads key-value head j // group, as keras-hub's repeat of the keys has it
-    grouped = tf.reshape(query, (batch, kv_heads, heads // kv_heads, size))
+    query = tf.reshape(_project(normed, weights["query"]), (batch, count, heads, size))
+    key = tf.reshape(_project(normed, weights["key"]), (batch, count, kv_heads, size))
+    query = attention.rotary_embedding_layer(query, start_index=index)
+    keys = _write(keys, attention.rotary_embedding_layer(key, start_index=index), index)
+    values = _write(values, tf.reshape(_project(normed, weights["value"]), (batch, count, kv_heads, size)), index)
+    # query head j reads key-value head j // group (keras-hub repeats the keys so); rows: (head in group, position)
+    grouped = tf.transpose(tf.reshape(query, (batch, count, kv_heads, group, size)), (0, 2, 3, 1, 4))
+    grouped = tf.reshape(grouped, (batch, kv_heads, group * count, size))
     scores = tf.matmul(grouped, keys, transpose_b=True) * tf.cast(attention._inv_norm_factor, keys.dtype)
-    seen = tf.range(tf.shape(keys)[2]) <= index
-    scores = tf.where(seen[None, None, None], tf.cast(scores, tf.float32), -1e9)
+    position = index + tf.range(group * count) % count  # each row's query position
+    seen = tf.range(tf.shape(keys)[2])[None] <= position[:, None]
+    scores = tf.where(seen[None, None], tf.cast(scores, tf.float32), -1e9)
     attended = tf.matmul(tf.cast(tf.nn.softmax(scores), values.dtype), values)
-    x = x + _project(tf.reshape(attended, (batch, heads * size)), weights["output"])
+    attended = tf.transpose(tf.reshape(attended, (batch, kv_heads, group, count, size)), (0, 3, 1, 2, 4))
+    x = x + _project(tf.reshape(attended, (batch, count, heads * size)), weights["output"])
     normed = layer._feedforward_layernorm(x)
     gate = tf.cast(layer.activation(tf.cast(_project(normed, weights["gate"]), tf.float32)), x.dtype)
     return x + _project(_project(normed, weights["up"]) * gate, weights["down"]), keys, values
 
 
 def _write(cache, rows, index):
-    """`cache` (batch, heads, length, size) with `rows` (batch, heads, size) at position `index`."""
-    shape = tf.shape(cache)
-    b, h = tf.meshgrid(tf.range(shape[0]), tf.range(shape[1]), indexing="ij")
-    where = tf.stack([b, h, tf.fill(tf.shape(b), index)], axis=-1)
-    return tf.tensor_scatter_nd_update(cache, where, rows)
+    """`cache` (batch, heads, length, size) with `rows` (batch, positions, heads, size) at
+    positions `index` on."""
+    rows = tf.transpose(rows, (0, 2, 1, 3))
+    shape = tf.shape(rows)
+    b, h, t = tf.meshgrid(tf.range(shape[0]), tf.range(shape[1]), tf.range(shape[2]), indexing="ij")
+    return tf.tensor_scatter_nd_update(cache, tf.stack([b, h, index + t], axis=-1), rows)
 
 
 def _project(x, weights):
+    """x (..., inputs) times the kernel (inputs, outputs), plus the bias."""
     kernel, bias = weights
-    y = tf.matmul(x, kernel)
-    return y if bias is None else y + bias
+    y = tf.matmul(tf.reshape(x, (-1, tf.shape(kernel)[0])), kernel)
+    y = y if bias is None else y + bias
+    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[1:]], axis=0))
 
 
 def _head_size(attention):
