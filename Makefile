@@ -5,13 +5,14 @@
 # make pretrained-llm: SmolLM2-135M-Instruct (GGUF, and converted to a folder) into pretrained/ (test-all too).
 # make lint: ruff's checks and its formatter, checked (make format applies them).
 # make install-test: the package with its test, onnx and serve extras, so the ONNX export and server tests run for real.
+# make venv-hf: .venv-hf, the transformers environment the export tests check against (test-all too).
 # Each creates .venv with Python 3.11 if it is missing.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests benchmarks scripts examples
 
-.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained pretrained-llm browser clean
+.PHONY: demo classic-recipe keras-hub-classifier test test-all lint format install install-test pretrained pretrained-llm venv-hf browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +52,7 @@ test: install-test
 # Two pytest workers, a test file each at a time (tests/timing_guard.py: the heaviest files first,
 # the ten slowest tests printed after, a test over 120 s warned of and one over 180 s failing the run,
 # except under CI=true, where it is printed only: a shared machine's noise must not refuse a correct change).
-test-all: lint pretrained pretrained-llm
+test-all: lint pretrained pretrained-llm venv-hf
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile
 
 lint: install-test
@@ -71,6 +72,19 @@ pretrained: $(BIN)/python
 # amptrain's own GGUF reader to pretrained/SmolLM2-135M-Instruct/ (scripts/fetch_pretrained_llm.py).
 pretrained-llm: install
 	$(BIN)/python scripts/fetch_pretrained_llm.py --dest pretrained
+
+# CPU torch (2.13.0: its file lies on this kind of machine's disk), transformers, gguf,
+# sentencepiece and accelerate (transformers' GGUF loading asks for it): what the tests run
+# amptrain's exports through (tests/pretrained/check_with_transformers.py).
+# Never amptrain's dependencies; a stamp file marks a finished install.
+HF_VENV := .venv-hf
+venv-hf: $(HF_VENV)/installed
+
+$(HF_VENV)/installed:
+	$(PYTHON) -m venv $(HF_VENV)
+	$(HF_VENV)/bin/python -m pip install --quiet torch==2.13.0 "transformers>=5.25,<6" "gguf>=0.19" \
+		"safetensors>=0.8" "sentencepiece>=0.2" "jinja2>=3.1" "accelerate>=1.0"
+	touch $@
 
 clean:
 	rm -rf runs .pytest_cache

@@ -358,23 +358,17 @@ def predictor(run_dir, skip_blank=False, trust_run_code=False, overrides=(), pre
     return streaming_predictor(run_dir, skip_blank, load_run, trust_run_code, overrides, precision)
 
 
-def export(
-    run_dir,
-    out=None,
-    fmt="saved_model",
-    checkpoint="best",
-    version=1,
-    overwrite=False,
-    precision="float32",
-    overrides=(),
-    trust_run_code=False,
-):
-    """Exports a run (`amptrain.serving.export_run`): a SavedModel taking raw text in TF
-    Serving's layout, `out`/`version` (default `run_dir`/export/1), or with `fmt="onnx"`
-    the ONNX model of its token-ids graph. Returns where it went and its size."""
+def export(run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, **options):
+    """Exports a run (`amptrain.exports.export_run`): a SavedModel taking raw text in TF
+    Serving's layout, `out`/`version` (default `run_dir`/export/1), with `fmt="onnx"` the
+    ONNX model of its token-ids graph; a fine-tuned pretrained language model with
+    `fmt="transformers"` as that family's folder (`out`, default `run_dir`/export-transformers),
+    with `fmt="gguf"` as one llama.cpp file. Returns where it went and its size. `options`:
+    precision ("float32"), overrides, trust_run_code, quantize (gguf: "f32", ..., "q8_0")."""
     from amptrain.exports import export_run
 
-    return export_run(run_dir, out, fmt, checkpoint, version, overwrite, precision, overrides, trust=trust_run_code)
+    options["trust"] = options.pop("trust_run_code", False)
+    return export_run(run_dir, out, fmt, checkpoint, version, overwrite, **options)
 
 
 def audit(config_path, overrides=(), policy=None):

@@ -45,7 +45,10 @@ def test_a_folder_that_is_no_run(tmp_path, capsys):
 @pytest.mark.parametrize(
     "option, expected",
     [
-        (["--format", "tflite"], "--format tflite: unknown export format; expected one of saved_model, onnx"),
+        (
+            ["--format", "tflite"],
+            "--format tflite: unknown export format; expected one of saved_model, onnx, transformers, gguf",
+        ),
         (["--checkpoint", "first"], "--checkpoint first: expected one of best, latest"),
         (["--precision", "int8"], "--precision int8: expected one of float32, bfloat16, float16"),
         (["--version", "v2"], "--version v2: expected a whole number >= 0 (TF Serving's version folder)"),

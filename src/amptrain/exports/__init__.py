@@ -18,33 +18,31 @@ import shutil
 
 from amptrain.errors import UserError
 from amptrain.exports.loading import CHECKPOINTS, PRECISIONS
+from amptrain.gguf_files.writer import QUANTIZE
 from amptrain.serving.served import METADATA_FILE
 
-FORMATS = ("saved_model", "onnx")
+FOLDER_FORMATS = ("transformers", "gguf")  # written by the task itself (`Task.write_export`), into one folder
+FORMATS = ("saved_model", "onnx", *FOLDER_FORMATS)
 ONNX_FILE = "model.onnx"
 
 
-def export_run(
-    run_dir,
-    out=None,
-    fmt="saved_model",
-    checkpoint="best",
-    version=1,
-    overwrite=False,
-    precision="float32",
-    overrides=(),
-    make_task=None,
-    trust=False,
-):
+def export_run(run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, **options):
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
-    `run_dir`/export-onnx/1 for ONNX) and
-    returns {"path", "format", "task", "checkpoint", "precision", "bytes"}. `make_task`:
+    `run_dir`/export-onnx/1 for ONNX; `out`, default `run_dir`/export-FORMAT, for a task's own
+    folder format) and returns {"path", "format", "task", "checkpoint", "precision", "bytes"}.
+    `options`: precision ("float32"), overrides, make_task, trust, quantize. `make_task`:
     as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces); `trust`: import the
-    user task module the run's config names even if this user never ran `fit` with it."""
+    user task module the run's config names even if this user never ran `fit` with it;
+    `quantize`: a GGUF file's (f32, f16, bf16, q8_0, q4_0)."""
     from amptrain.exports.loading import load_config
 
-    _check_choices(fmt, checkpoint, precision, version)
+    options = {**OPTIONS, **options} if not set(options) - set(OPTIONS) else _unknown(options)
+    precision, overrides, make_task, trust, quantize = options.values()
+    _check_choices(fmt, checkpoint, precision, version, quantize)
     config = load_config(run_dir, overrides, trust=trust)  # a folder that is no run: one line, nothing written
+    if fmt in FOLDER_FORMATS:
+        choices = (checkpoint, overwrite, precision, quantize)
+        return _export_folder(run_dir, config, out, fmt, choices, overrides, make_task)
     if fmt == "onnx":
         from amptrain.serving.onnx import require_onnx
 
@@ -83,13 +81,51 @@ def export_run(
     }
 
 
+def _export_folder(run_dir, config, out, fmt, choices, overrides, make_task):
+    """A format the task writes itself into `out` (default RUN/export-FORMAT), no version
+    folder: the model rebuilt in float32 and written in `precision` or as `quantize` says
+    (`Task.write_export`). `choices`: (checkpoint, overwrite, precision, quantize)."""
+    from amptrain.config.files import task_class_of
+    from amptrain.exports.loading import load_for_export
+
+    checkpoint, overwrite, precision, quantize = choices
+    if fmt not in task_class_of(config).export_formats:
+        raise UserError(
+            f"{run_dir}: --format {fmt} is for a language model fine-tuned from a pretrained folder; "
+            f"this run's task ({config.task}) exports as saved_model or onnx"
+        )
+    target = out or os.path.join(run_dir, f"export-{fmt}")
+    _claim(target, overwrite)
+    task, model, path = load_for_export(run_dir, checkpoint, "float32", overrides, make_task)
+    staging = target.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        figures = task.write_export(fmt, model, staging, precision, quantize)
+        metadata = {"format": fmt, "task": task.config.task, "run_dir": os.path.abspath(run_dir)}
+        metadata.update(checkpoint=os.path.basename(path), precision=precision, **figures)
+        _write_metadata(staging, metadata)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    kept = ("format", "task", "checkpoint", "precision")
+    return {"path": target, **{k: metadata[k] for k in kept}, "bytes": size(target)}
+
+
+OPTIONS = {"precision": "float32", "overrides": (), "make_task": None, "trust": False, "quantize": None}
+
+
+def _unknown(options):
+    raise TypeError(f"export_run: unexpected options {sorted(set(options) - set(OPTIONS))}")
+
+
 def default_out(run_dir, fmt):
     """RUN/export for a SavedModel; RUN/export-onnx for ONNX, so that the folder a TF Serving
     model server watches (it loads the highest version) never gets a version it cannot load."""
     return os.path.join(run_dir, "export" if fmt == "saved_model" else "export-onnx")
 
 
-def _check_choices(fmt, checkpoint, precision, version):
+def _check_choices(fmt, checkpoint, precision, version, quantize=None):
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt}: unknown export format; expected one of {', '.join(FORMATS)}")
     if checkpoint not in CHECKPOINTS:
@@ -98,6 +134,12 @@ def _check_choices(fmt, checkpoint, precision, version):
         raise UserError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if not isinstance(version, int) or version < 0:
         raise UserError(f"--version {version}: expected a whole number >= 0 (TF Serving's version folder)")
+    if quantize and fmt != "gguf":
+        raise UserError(f"--quantize {quantize}: for --format gguf; {fmt} takes --precision")
+    if fmt == "gguf" and precision != "float32":
+        raise UserError(f"--precision {precision}: for --format transformers or a SavedModel; gguf takes --quantize")
+    if fmt == "gguf" and quantize not in (None, *QUANTIZE):
+        raise UserError(f"--quantize {quantize}: expected one of {', '.join(QUANTIZE)}")
 
 
 def _claim(target, overwrite):

@@ -82,6 +82,9 @@ class Task(abc.ABC):
     # Its serving module: a `serving.modules.ServingModule` subclass taking (task, model), from
     # the task's own package, which `amptrain export` builds; None: the task does not export.
     serving_module = None
+    # `amptrain export --format F` beside the SavedModel and ONNX: the folder formats it writes
+    # itself with `write_export` (a language model on a pretrained folder: "transformers", "gguf")
+    export_formats = ()
 
     def with_config(self, config):
         """A copy of this prepared task under `config`, which may differ in how it trains
@@ -227,6 +230,12 @@ class Task(abc.ABC):
         `predictions_path`, the predictions are written to it + `predictions_suffix`.
         `quick`: an evaluation between training steps, which may score a cheaper way
         (translation decodes the first `decode.dev_sentences` greedily)."""
+
+    def write_export(self, fmt, model, path, precision="float32", quantize=None):
+        """Writes `model` (built in float32, a checkpoint's weights) in one of `export_formats`
+        into the folder `path`, its weights in `precision` (or quantized: `quantize`, a format's
+        own names); returns what the export's record says."""
+        raise NotImplementedError(fmt)
 
     @abc.abstractmethod
     def predict_texts(self, texts, model, predict):

@@ -38,7 +38,7 @@ import numpy as np
 from amptrain.errors import DataError
 from amptrain.files import atomic_write, fingerprint
 from amptrain.tasks.base import PRETRAINED_FILE, Split, Task, record_pretrained
-from amptrain.tasks.language_model import conversations, corpus, generation, lora, vocabulary
+from amptrain.tasks.language_model import conversations, corpus, generation, lora, transformers_folder, vocabulary
 from amptrain.tasks.language_model.blocks import BlockPlan, scores, segments_and_positions
 from amptrain.tasks.language_model.generation import Settings
 from amptrain.tasks.language_model.serving import GeneratorModule
@@ -56,6 +56,7 @@ class LanguageModelTask(Task):
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
     serving_module = GeneratorModule
+    export_formats, write_export = ("transformers", "gguf"), transformers_folder.write_export  # of model.pretrained
     printed_field = "generated"  # `predict` prints the continuation alone (--json: the record)
     pretrained_kind = "causal"
 
