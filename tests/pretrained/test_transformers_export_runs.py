@@ -41,9 +41,9 @@ def data(tmp_path_factory):
     return path
 
 
-def transformers_view(hf_python, export, tmp_path):
+def transformers_view(hf_python, export, tmp_path, new_tokens=NEW_TOKENS):
     request = tmp_path / "request.json"
-    request.write_text(json.dumps({"texts": TEXTS, "max_new_tokens": NEW_TOKENS}), encoding="utf-8")
+    request.write_text(json.dumps({"texts": TEXTS, "max_new_tokens": new_tokens}), encoding="utf-8")
     done = subprocess.run([hf_python, CHECK, export, str(request)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
