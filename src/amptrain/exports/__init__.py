@@ -26,18 +26,16 @@ FORMATS = ("saved_model", "onnx", *FOLDER_FORMATS)
 ONNX_FILE = "model.onnx"
 
 
-def export_run(run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, **options):
+def export_run(run_dir, out=None, fmt="saved_model", checkpoint="best", version=1, overwrite=False, *,
+               precision="float32", overrides=(), make_task=None, trust=False, quantize=None):  # fmt: skip
     """Writes the export of `run_dir` to `out`/`version` (default `run_dir`/export/1, or
     `run_dir`/export-onnx/1 for ONNX; `out`, default `run_dir`/export-FORMAT, for a task's own
     folder format) and returns {"path", "format", "task", "checkpoint", "precision", "bytes"}.
-    `options`: precision ("float32"), overrides, make_task, trust, quantize. `make_task`:
-    as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces); `trust`: import the
-    user task module the run's config names even if this user never ran `fit` with it;
-    `quantize`: a GGUF file's (f32, f16, bf16, q8_0, q4_0)."""
+    `make_task`: as `load_for_export`'s (`amptrain.Trainer` passes the user's pieces); `trust`:
+    import the user task module the run's config names even if this user never ran `fit` with
+    it; `quantize`: a GGUF file's (f32, f16, bf16, q8_0, q4_0)."""
     from amptrain.exports.loading import load_config
 
-    options = {**OPTIONS, **options} if not set(options) - set(OPTIONS) else _unknown(options)
-    precision, overrides, make_task, trust, quantize = options.values()
     _check_choices(fmt, checkpoint, precision, version, quantize)
     config = load_config(run_dir, overrides, trust=trust)  # a folder that is no run: one line, nothing written
     if fmt in FOLDER_FORMATS:
@@ -110,13 +108,6 @@ def _export_folder(run_dir, config, out, fmt, choices, overrides, make_task):
         shutil.rmtree(staging, ignore_errors=True)
     kept = ("format", "task", "checkpoint", "precision")
     return {"path": target, **{k: metadata[k] for k in kept}, "bytes": size(target)}
-
-
-OPTIONS = {"precision": "float32", "overrides": (), "make_task": None, "trust": False, "quantize": None}
-
-
-def _unknown(options):
-    raise TypeError(f"export_run: unexpected options {sorted(set(options) - set(OPTIONS))}")
 
 
 def default_out(run_dir, fmt):
