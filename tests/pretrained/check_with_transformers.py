@@ -4,12 +4,13 @@ amptrain's): what `transformers` makes of a folder amptrain exported.
     .venv-hf/bin/python tests/pretrained/check_with_transformers.py FOLDER REQUEST.json
     .venv-hf/bin/python tests/pretrained/check_with_transformers.py FILE.gguf REQUEST.json   # gguf_file=
 
-REQUEST holds {"texts": [...], "max_new_tokens": N}. Printed, one JSON object: for each text
-`transformers`' ids (AutoTokenizer, its special tokens), the float32 logits of every position
-(the model upcast to float32 whatever dtype it was saved in; a GGUF file dequantized to float32),
-and the greedy continuation of
-`generate(do_sample=False)` decoded without special tokens; and the warnings `from_pretrained`
-logged (missing or unexpected keys among them).
+REQUEST holds {"texts": [...], "max_new_tokens": N}, and may hold "chats": [[{"role", "content"}]].
+Printed, one JSON object: for each text `transformers`' ids (AutoTokenizer, its special
+tokens), the float32 logits of every position (the model upcast to float32 whatever dtype it
+was saved in; a GGUF file dequantized to float32), and the greedy continuation of
+`generate(do_sample=False)` decoded without special tokens; for each chat, the ids of its
+messages through the tokenizer's chat template with the generation prompt, and the greedy
+reply; and the warnings `from_pretrained` logged (missing or unexpected keys among them).
 """
 
 import json
@@ -59,7 +60,18 @@ def main(folder, request_path):
                 "generated": tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True),
             }
         )
-    print(json.dumps({"dtype": saved_dtype, "warnings": warnings, "records": records}))
+    replies = []
+    for messages in request.get("chats", []):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ids = ids["input_ids"]
+        with torch.no_grad():
+            out = model.generate(
+                ids, max_new_tokens=request["max_new_tokens"], do_sample=False, pad_token_id=tokenizer.eos_token_id
+            )
+        replies.append(
+            {"ids": ids[0].tolist(), "reply": tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)}
+        )
+    print(json.dumps({"dtype": saved_dtype, "warnings": warnings, "records": records, "replies": replies}))
 
 
 if __name__ == "__main__":

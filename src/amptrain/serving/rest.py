@@ -50,7 +50,7 @@ class PredictRequest:
 def parse_predict(body, limits, id_signatures=None):
     """The texts of a predict request's body (bytes), checked against `limits`; or, for a
     token-ids signature named in `id_signatures` ({name: {input: shape}}), its tensors."""
-    document = _document(body, limits)
+    document = json_object(body, limits)
     signature = document.get("signature_name", SIGNATURE)
     unknown = sorted(set(document) - {"instances", "inputs", "signature_name"})
     if unknown:
@@ -74,7 +74,7 @@ def parse_predict(body, limits, id_signatures=None):
     return PredictRequest([t[: limits.max_text_chars] for t in texts], columnar)
 
 
-def _document(body, limits):
+def json_object(body, limits):
     """The body's JSON object."""
     if len(body) > limits.max_body_bytes:
         raise BadRequest(f"request body of {len(body)} bytes; at most {limits.max_body_bytes} (--max-body-bytes)", 413)
@@ -102,7 +102,7 @@ def _rows(instances):
             instance = instance[INPUT]
         if not isinstance(instance, str):
             raise BadRequest(f"instances[{i}] is a JSON {type(instance).__name__}; expected a string")
-        texts.append(_text(instance, f"instances[{i}]"))
+        texts.append(utf8_text(instance, f"instances[{i}]"))
     return texts
 
 
@@ -118,11 +118,11 @@ def _column(inputs):
     for i, text in enumerate(inputs):
         if not isinstance(text, str):
             raise BadRequest(f"inputs[{i}] is a JSON {type(text).__name__}; expected a string")
-        _text(text, f"inputs[{i}]")
+        utf8_text(text, f"inputs[{i}]")
     return inputs
 
 
-def _text(text, where):
+def utf8_text(text, where):
     """`text` if it is Unicode text UTF-8 can carry. JSON's escapes can spell a lone
     surrogate ("\\ud800"), which no UTF-8 text holds: refused here, in its own request, before
     it could join a batch whose conversion it would fail."""
