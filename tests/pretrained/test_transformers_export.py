@@ -139,3 +139,20 @@ def test_export_options_that_do_not_go_together_are_refused_before_anything_is_r
     ):
         with pytest.raises(UserError, match=refusal):
             amptrain.export(run, **options)
+
+
+def test_a_gguf_export_of_a_family_llama_cpp_does_not_read_is_refused_before_the_model_is_rebuilt(tmp_path):
+    """A GPT-2 run (no checkpoint, even: nothing is loaded) is refused by its starting folder."""
+    import amptrain
+
+    (tmp_path / "train.txt").write_text("In the beginning\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(
+        f'task = "language_model"\n[data]\ntrain = "{tmp_path / "train.txt"}"\n'
+        f'[model]\npretrained = "{folder("gpt2")}"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(UserError, match=r"tiny-gpt2/config.json: model_type 'gpt2'; the GGUF export writes the llama"):
+        amptrain.export(str(run), fmt="gguf")
+    assert sorted(os.listdir(run)) == ["config.toml"]

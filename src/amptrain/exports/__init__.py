@@ -92,6 +92,11 @@ def _export_folder(run_dir, config, out, fmt, choices, overrides, make_task):
             f"{run_dir}: --format {fmt} is for a language model fine-tuned from a pretrained folder; "
             f"this run's task ({config.task}) exports as saved_model or onnx"
         )
+    if fmt == "gguf":  # a family or RoPE the file cannot hold: refused before the model is rebuilt
+        from amptrain.config.pretrained import read_checkpoint
+        from amptrain.gguf_files.writer import check_folder
+
+        check_folder(read_checkpoint(config.model.pretrained).path)
     target = out or os.path.join(run_dir, f"export-{fmt}")
     _claim(target, overwrite)
     task, model, path = load_for_export(run_dir, checkpoint, "float32", overrides, make_task)

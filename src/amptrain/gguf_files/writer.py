@@ -39,8 +39,7 @@ def write_gguf(folder, path, quantize="f32", name=None):
 
     if quantize not in QUANTIZE:
         raise UserError(f"--quantize {quantize}: expected one of {', '.join(QUANTIZE)}")
-    config = _read_json(folder, "config.json")
-    _check_llama(folder, config)
+    config = check_folder(folder)
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name(name or os.path.basename(os.path.abspath(folder)))
     heads = config["num_attention_heads"]
@@ -75,6 +74,14 @@ def _file_types():
 
     t = gguf.LlamaFileType
     return {"f32": t.ALL_F32, "f16": t.MOSTLY_F16, "bf16": t.MOSTLY_BF16, "q8_0": t.MOSTLY_Q8_0, "q4_0": t.MOSTLY_Q4_0}
+
+
+def check_folder(folder):
+    """The folder's config.json, refused in one line unless it is a Llama this writer writes
+    (checked before a run is rebuilt for the export, and again on the folder written)."""
+    config = _read_json(folder, "config.json")
+    _check_llama(folder, config)
+    return config
 
 
 def _check_llama(folder, config):
