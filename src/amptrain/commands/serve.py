@@ -103,11 +103,17 @@ def serves_language_model(path):
         return path.endswith(".gguf")
     if os.path.isfile(os.path.join(path, "config.json")) and not os.path.exists(os.path.join(path, "config.toml")):
         return True
+    from amptrain import registry
+    from amptrain.errors import UserError
+
     try:
         with open(os.path.join(path, "config.toml"), "rb") as f:
-            return tomllib.load(f).get("task") == "language_model"
+            task = tomllib.load(f).get("task")
+        return registry.task_class(task, []).pretrained_kind == "causal"  # a built-in task's class
     except (OSError, tomllib.TOMLDecodeError):
         return False  # not a run folder (an export, say): TF Serving's, which names what is wrong
+    except (UserError, ImportError):  # a user's task, imported only with its trust: TF Serving's
+        return False
 
 
 def run_language_model(args, limits):
