@@ -97,6 +97,8 @@ def plan_config(path, overrides=(), precisions=PRECISIONS, budget=None):
 
     config = config_lib.load_config(path, overrides)
     distribute.configure_devices(config.runtime)
+    if getattr(config.train, "base_weights", "float32") in ("int8", "int4"):  # Keras quantizes for these only
+        precisions = tuple(p for p in precisions if p != "mixed_float16")
     return plan(config, precisions, budget)
 
 
@@ -157,6 +159,11 @@ def format_plans(plans):
             f"{_mib(p['total_bytes']):>10}"
         )
         lines.append(row + (f"  {p['largest_batch']:>13,}" if budget else ""))
+    for p in plans:  # a frozen base held otherwise than its adapters (train.base_weights), or LoRA
+        by_dtype = p.get("weights_bytes_by_dtype") or {}
+        if len(by_dtype) > 1 or p.get("trainable_weights_bytes", p["weights_bytes"]) < p["weights_bytes"]:
+            held = ", ".join(f"{dtype} {_mib(size)}" for dtype, size in by_dtype.items())
+            lines.append(f"{p['policy']} weights: {held}; trained (adapters) {_mib(p['trainable_weights_bytes'])}")
     lines.append(
         "a row: the step's peak of tensors alive a row of the batch, (kept) of which the forward pass "
         "keeps for the backward; runtime: TensorFlow's own, measured in this process"

@@ -35,6 +35,8 @@ VARIABLE_RECORD = {
     "weights": "weights_bytes",
     "gradients": "gradients_bytes",
     "slots": "optimizer_slots_bytes",
+    "trainable_weights": "trainable_weights_bytes",
+    "weights_by_dtype": "weights_bytes_by_dtype",
 }
 
 
@@ -54,6 +56,8 @@ class Estimate:
     parameters: int
     trainable_parameters: int
     kept: dict = dataclasses.field(default_factory=dict)
+    trainable_weights: int = 0  # of `weights`, the trained ones' (LoRA: the adapters)
+    weights_by_dtype: dict = dataclasses.field(default_factory=dict)  # {"int8": bytes, ...}: a quantized base
 
     def total(self, batch_size):
         return int(self.fixed + self.weights + self.gradients + self.slots + self.static + batch_size * self.per_row)
@@ -181,12 +185,19 @@ def fixed_specs(signature, batch_size, length):
 
 
 def variable_parts(model, optimizer, weight_average=None):
-    """The `Estimate` fields the variables give: the parameters, and the bytes of the weights, the
-    gradients (float32, a trainable variable each) and the optimizer's slots with a weight
-    average's copies (`engine.averaging.WeightAverage`, or None)."""
+    """The `Estimate` fields the variables give: the parameters, and the bytes of the weights (by
+    dtype, and the trained ones'), the gradients (float32, a trainable variable each) and the
+    optimizer's slots with a weight average's copies (`engine.averaging.WeightAverage`, or None)."""
+    import tensorflow as tf
+
     trainable = model.trainable_variables
     extra = list(weight_average.sums) if weight_average is not None else []
+    by_dtype = collections.Counter()
+    for v in model.variables:
+        by_dtype[tf.as_dtype(v.dtype).name] += elements(v) * tf.as_dtype(v.dtype).size
     return {
+        "trainable_weights": variable_bytes(trainable),
+        "weights_by_dtype": dict(sorted(by_dtype.items(), key=lambda item: -item[1])),
         "parameters": sum(elements(v) for v in model.weights),
         "trainable_parameters": sum(elements(v) for v in trainable),
         "weights": variable_bytes(model.variables),

@@ -35,6 +35,10 @@ class LoraTrainConfig(TrainConfig):
     lora_rank: int = 0
     lora_alpha: float = 0.0
     lora_targets: str = "query,value"  # of query, key, value, output, gate, up, down
+    # with lora_rank > 0, how the frozen pretrained weights are held: "float32" (as loaded),
+    # "compute" (in the policy's compute dtype), "int8" or "int4" (each decoder projection
+    # quantized, a scale an output channel; embeddings and norms as loaded)
+    base_weights: str = "float32"
 
 
 def check(config):
@@ -43,6 +47,12 @@ def check(config):
     require(t.lora_rank >= 0, "train.lora_rank", "an integer >= 0 (0: every weight trained)", t.lora_rank)
     require(0 <= t.lora_alpha < math.inf, "train.lora_alpha", "a finite number >= 0 (0: lora_rank)", t.lora_alpha)
     lora_targets(t.lora_targets)
+    from amptrain.tasks.language_model.base_weights import BASE_WEIGHTS
+
+    require(t.base_weights in BASE_WEIGHTS, "train.base_weights", f"one of {', '.join(BASE_WEIGHTS)}", t.base_weights)
+    if t.base_weights != "float32":
+        require(bool(t.lora_rank), "train.base_weights", '"float32" (the others hold a LoRA run\'s frozen base: '
+                "set train.lora_rank)", t.base_weights)  # fmt: skip
     if t.lora_rank:
         require(
             bool(m.pretrained),
@@ -110,7 +120,7 @@ def merge_lora(model):
 
 def checkpoint_view(model, base_weights):
     """What a checkpoint of a model with adapters holds: the adapters, and the SHA-256 of the
-    pretrained weights they adapt (`base_weights`)."""
+    pretrained weights they adapt and how they were held (`base_weights`: "SHA" or "SHA int8")."""
     import tensorflow as tf
 
     return tf.train.Checkpoint(

@@ -39,6 +39,7 @@ def write_export(task, fmt, model, path, precision="float32", quantize=None):
     that folder as one llama.cpp GGUF file ("gguf", `quantize`: gguf_files/writer.py) named
     after the run. Returns what the export's record says."""
     from amptrain.gguf_files.writer import write_gguf
+    from amptrain.tasks.language_model.base_weights import is_quantized, projection_layers
     from amptrain.tasks.language_model.lora import merge_lora
 
     if task.checkpoint is None:
@@ -46,6 +47,8 @@ def write_export(task, fmt, model, path, precision="float32", quantize=None):
             f"{task.run_dir}: --format {fmt} writes the folder of a pretrained model's family; this run trained "
             "a model of its own (no model.pretrained): export it as a SavedModel"
         )
+    if any(is_quantized(layer) for layer in projection_layers(model)):  # an int8 or int4 base
+        model = float_twin(model, task.checkpoint)  # its kernels dequantized, the adapters in
     merge_lora(model)
     if fmt == "transformers":
         return {"tensors": len(write_folder(task, model, path, precision))}
@@ -172,3 +175,14 @@ def _write_safetensors(path, tensors, precision):
         f.write(encoded)
         for blob in blobs:
             f.write(blob)
+
+
+def float_twin(model, checkpoint):
+    """A float32 model of the same checkpoint whose projections hold `model`'s computed kernels
+    (a quantized base dequantized, the adapters merged): what an export writes of it."""
+    from amptrain.tasks.language_model.base_weights import copy_computed_kernels
+    from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
+
+    twin = PretrainedLanguageModel(checkpoint, model.max_length, 0.0, "float32")
+    copy_computed_kernels(model, twin)
+    return twin

@@ -25,7 +25,10 @@ import tensorflow as tf
 
 def decoding_weights(blocks, projections, dtype):
     """[{projection: (kernel (inputs, outputs), bias or None)}] of each decoder layer, in `dtype`,
-    adapters merged (`layer.kernel`, as Keras computes it in the layer's call)."""
+    adapters merged (`layer.kernel`, as Keras computes it in the layer's call; a quantized
+    base's kernel dequantized as its call computes it: `base_weights.computed_kernel`)."""
+    from amptrain.tasks.language_model.base_weights import computed_kernel, is_quantized
+
     weights = []
     for block in blocks:
         found = {}
@@ -33,7 +36,7 @@ def decoding_weights(blocks, projections, dtype):
             layer = block
             for attribute in path.split("."):
                 layer = getattr(layer, attribute)
-            kernel = layer.kernel
+            kernel = computed_kernel(layer) if is_quantized(layer) else layer.kernel
             inputs = kernel.shape[0] * (kernel.shape[1] if name == "output" else 1)  # output: heads x head size
             bias = getattr(layer, "bias", None)
             found[name] = (
@@ -97,4 +100,5 @@ def _project(x, weights):
 
 
 def _head_size(attention):
-    return attention._key_dense._kernel.shape[-1]  # (width, key-value heads, head size)
+    dense = attention._key_dense  # its kernel: (width, key-value heads, head size); int4 packs it
+    return (getattr(dense, "float_kernel_shape", None) or dense._kernel.shape)[-1]

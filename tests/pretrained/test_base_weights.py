@@ -1,0 +1,75 @@
+"""A LoRA run's frozen base held in int8, int4 or the compute dtype (`train.base_weights`):
+each decoder projection quantized by Keras (the embedding and norms as loaded), the adapters
+float32 and trained; the kernel a projection's call multiplies by, read back, is its
+dequantized kernel with the adapters merged; the float32 twin an export writes computes what
+the quantized model computes; generation over the cache is the whole forward pass; a policy
+Keras cannot quantize for and a base without LoRA are refused in one line."""
+
+import numpy as np
+import pytest
+from pretrained.test_causal import folder
+from pretrained.test_transformers_export import lora_task
+
+from amptrain.config import config_from_dict
+from amptrain.errors import ConfigError
+from amptrain.tasks.language_model import generation
+from amptrain.tasks.language_model.base_weights import computed_kernel, hold_base, projection_layers
+from amptrain.tasks.language_model.lora import adapters
+from amptrain.tasks.language_model.transformers_folder import float_twin
+
+
+def features(length=12):
+    ids = np.random.RandomState(0).randint(0, 300, (2, length)).astype(np.int32)
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "positions": np.tile(np.arange(length), (2, 1))}
+
+
+def randomized_adapters(model):
+    rng = np.random.RandomState(1)
+    for variable in adapters(model):
+        variable.assign(rng.normal(0, 0.05, variable.shape).astype(np.float32))
+
+
+# int4 on Gemma (keras-hub's cached call, no lean decoding) is slow; Llama's int8 decodes lean
+@pytest.mark.parametrize("mode, family", [("int8", "llama3"), pytest.param("int4", "gemma", marks=pytest.mark.slow)])
+def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_pass(tmp_path, mode, family):
+    task, model = lora_task(tmp_path, family, base_weights=mode)
+    layers = projection_layers(model)
+    assert {layer.quantization_mode for layer in layers} == {mode}
+    assert {v.dtype for v in adapters(model)} == {"float32"} and all(v.trainable for v in adapters(model))
+    assert model.backbone.token_embedding.embeddings.dtype == "float32"  # as loaded
+    assert model.base_weights.endswith(f" {mode}")  # the checkpoint names how its base was held
+    randomized_adapters(model)
+    query = layers[0]
+    if mode == "int8":  # by hand: int8 values over their scale, and the adapters' product
+        scale = np.asarray(query._adjust_scale_for_dequant(query.kernel_scale))
+        product = np.tensordot(query.lora_kernel_a.numpy(), query.lora_kernel_b.numpy(), axes=1)
+        expected = query._kernel.numpy() / scale + (query.lora_alpha / query.lora_rank) * product
+        assert np.abs(np.asarray(computed_kernel(query)) - expected).max() < 1e-6
+    twin = float_twin(model, task.checkpoint)
+    assert {layer.quantization_mode for layer in projection_layers(twin)} == {None}
+    ours, theirs = model(features()).numpy(), twin(features()).numpy()
+    assert np.abs(ours - theirs).max() < 1e-4 * np.abs(ours).max()
+    prompt = features()["token_ids"][0, :5]
+    cached = generation.generate(model, prompt[None], [5], task.eod_id, generation.Settings(4)).numpy()[0]
+    reference = generation.greedy_by_recomputing(model, prompt, task.eod_id, 4)
+    assert generation.continuation(cached, 5, task.eod_id).tolist() == reference.tolist()
+
+
+def test_the_compute_dtype_base_is_bfloat16_under_its_adapters(tmp_path):
+    task, _ = lora_task(tmp_path, "llama3", base_weights="compute")
+    model = task.build_model("mixed_bfloat16")
+    frozen = {v.dtype for v in model.weights if not v.trainable}
+    assert frozen == {"bfloat16"} and {v.dtype for v in adapters(model)} == {"float32"}
+    assert np.isfinite(model(features()).numpy()).all()
+
+
+def test_a_base_keras_cannot_hold_or_without_adapters_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.base_weights: int4 under mixed_float16: Keras quantizes for"):
+        hold_base(None, "int4", "mixed_float16")  # refused before any layer is touched
+    (tmp_path / "train.txt").write_text("In the beginning\n", encoding="utf-8")
+    raw = {"task": "language_model", "data": {"train": str(tmp_path / "train.txt")}}
+    raw["model"] = {"pretrained": folder("llama3")}
+    with pytest.raises(ConfigError, match=r"train.base_weights: .*set train.lora_rank"):
+        config_from_dict({**raw, "train": {"base_weights": "int8"}}, source=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"train.base_weights: expected one of float32, compute, int8, int4"):
+        config_from_dict({**raw, "train": {"lora_rank": 2, "base_weights": "nf4"}}, source=str(tmp_path))
