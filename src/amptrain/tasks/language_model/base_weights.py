@@ -8,11 +8,13 @@ compute dtype, or its projections quantized to int8 or int4 with Keras' own quan
     copy_computed_kernels(model, twin)   # a float32 twin given those kernels (what an export writes)
 
 int8: each projection's kernel (query, key, value, output, gate, up, down of every decoder
-layer) as int8 with a float32 scale an output channel, weight-only (the activations stay in
-the compute dtype: Keras' `Int8QuantizationConfig(activation_quantizer=None)`). int4: two
-values a byte with a float32 scale an output channel (`Int4QuantizationConfig(block_size=None)`).
-The token embedding (the tied output layer too) and the norms are kept as loaded: the
-embedding is read a row at a time and its product is the logits', kept in float32.
+layer) as int8 with a scale an output channel, weight-only (the activations stay in the
+compute dtype: Keras' `Int8QuantizationConfig(activation_quantizer=None)`). int4: two values a
+byte, a scale and a zero point for each 128 inputs of an output channel (Keras' default
+`Int4QuantizationConfig()`). Both are made from the float32 weights (the run's and its
+float32 export's quantization are the same), layer by layer after loading: the float32 model
+is whole once, while it loads. The token embedding (the tied output layer too) and the norms
+are kept as loaded.
 "compute": every frozen weight loaded in the compute dtype (bfloat16 under mixed_bfloat16:
 the model built under the compute dtype's own policy), the projections then put back under
 the run's policy so that their adapters, and the adapters' slots, are float32.
@@ -29,7 +31,9 @@ BASE_WEIGHTS = ("float32", "compute", *QUANTIZED)
 
 def load_dtype(mode, dtype):
     """The policy the pretrained model is built and loaded under: the compute dtype's for
-    "compute" (a variable's dtype is fixed when it is made), else the run's `dtype`."""
+    "compute" (a variable's dtype is fixed when it is made), else the run's `dtype` (a quantized
+    base is quantized from the float32 weights, so that the run and its float32 export quantize
+    alike)."""
     return keras.dtype_policies.get(dtype).compute_dtype if mode == "compute" else dtype
 
 
@@ -58,7 +62,7 @@ def hold_base(model, mode, dtype):
         if mode == "int8":
             layer.quantize("int8", config=Int8QuantizationConfig(activation_quantizer=None))
         else:
-            layer.quantize("int4", config=Int4QuantizationConfig(block_size=None))
+            layer.quantize("int4", config=Int4QuantizationConfig())  # groups of 128 inputs, Keras' default
 
 
 def projection_layers(model):
