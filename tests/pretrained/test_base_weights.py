@@ -10,6 +10,7 @@ import pytest
 from pretrained.test_causal import folder
 from pretrained.test_transformers_export import lora_task
 
+from amptrain.bench.building import buildable_precisions
 from amptrain.config import config_from_dict
 from amptrain.errors import ConfigError
 from amptrain.tasks.language_model import generation
@@ -73,3 +74,6 @@ def test_a_base_keras_cannot_hold_or_without_adapters_is_refused(tmp_path):
         config_from_dict({**raw, "train": {"base_weights": "int8"}}, source=str(tmp_path))
     with pytest.raises(ConfigError, match=r"train.base_weights: expected one of float32, compute, int8, int4"):
         config_from_dict({**raw, "train": {"lora_rank": 2, "base_weights": "nf4"}}, source=str(tmp_path))
+    quantized = config_from_dict({**raw, "train": {"lora_rank": 2, "base_weights": "int4"}}, source=str(tmp_path))
+    every = ("float32", "mixed_bfloat16", "mixed_float16")
+    assert buildable_precisions(quantized, every) == every[:2]  # what `bench` and `doctor --memory` try

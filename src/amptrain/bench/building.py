@@ -2,6 +2,14 @@
 benchmarks time and the memory estimate traces (`bench/worker.py`, `bench/memory_plan.py`)."""
 
 
+def buildable_precisions(config, precisions):
+    """`precisions` less those the config's model cannot be built under: a LoRA base held in
+    int8 or int4 (`train.base_weights`) refuses float16 compute, as Keras' quantization does."""
+    if getattr(config.train, "base_weights", "float32") in ("int8", "int4"):
+        return tuple(p for p in precisions if p != "mixed_float16")
+    return tuple(precisions)
+
+
 def build_trainer(config, strategy=None, task=None, fuse_step=True):
     """(task, model, trainer, policy) for `config`, built the way `amptrain fit` builds
     them: the task's training data (or `task`, prepared already) and model, and the

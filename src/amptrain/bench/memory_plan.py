@@ -97,9 +97,9 @@ def plan_config(path, overrides=(), precisions=PRECISIONS, budget=None):
 
     config = config_lib.load_config(path, overrides)
     distribute.configure_devices(config.runtime)
-    if getattr(config.train, "base_weights", "float32") in ("int8", "int4"):  # Keras quantizes for these only
-        precisions = tuple(p for p in precisions if p != "mixed_float16")
-    return plan(config, precisions, budget)
+    from amptrain.bench.building import buildable_precisions
+
+    return plan(config, buildable_precisions(config, precisions), budget)
 
 
 def total_at(record, batch_size):

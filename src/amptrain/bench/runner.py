@@ -189,6 +189,13 @@ def run_bench(config_path, overrides, grid, steps, repeats, data, out_dir, progr
         raise UserError(f"--steps and --repeats: expected integers >= 1, received {steps} and {repeats}")
     if grid.batch_sizes != (None,):
         refuse_batch_sizes(config, "--batch-sizes")
+    from amptrain.bench.building import buildable_precisions
+
+    usable = buildable_precisions(config, grid.precisions)
+    if usable != tuple(grid.precisions):
+        progress(f"left out {', '.join(p for p in grid.precisions if p not in usable)}: train.base_weights "
+                 f"{config.train.base_weights} computes in float32 or bfloat16 only")  # fmt: skip
+        grid = dataclasses.replace(grid, precisions=usable)
     os.makedirs(out_dir, exist_ok=True)
     # Each measurement in a process of its own: forked after the import where it can be
     # (forked.py), so only the first pays it; nothing here may list devices before the last.

@@ -37,7 +37,7 @@ class LoraTrainConfig(TrainConfig):
     lora_targets: str = "query,value"  # of query, key, value, output, gate, up, down
     # with lora_rank > 0, how the frozen pretrained weights are held: "float32" (as loaded),
     # "compute" (in the policy's compute dtype), "int8" or "int4" (each decoder projection
-    # quantized, a scale an output channel; embeddings and norms as loaded)
+    # quantized by Keras: base_weights.py; embeddings and norms as loaded)
     base_weights: str = "float32"
 
 
