@@ -1,7 +1,6 @@
 """LoRA runs on an int4 base end to end (slow: fits): the checkpoint holds the adapters alone
 and names the base and how it was held; a run stopped and resumed ends with the adapters of
-one that never stopped; the `transformers` export (the adapters merged into the dequantized
-kernels) continues prompts as `amptrain predict RUN` does."""
+one that never stopped. (The export of such a base is test_base_weights.py's float twin.)"""
 
 import threading
 
@@ -17,7 +16,6 @@ from amptrain.engine.run_log import read_metrics
 from amptrain.errors import Interrupted
 
 pytestmark = pytest.mark.slow
-TEXTS = ["And God said", "In the beginning"]
 
 
 def adapters_of(run):
@@ -26,20 +24,20 @@ def adapters_of(run):
     return reader, [reader.get_tensor(n) for n in names]
 
 
-def test_an_int4_base_resumes_exactly_and_exports_what_predict_generates(data, tmp_path):  # noqa: F811
-    config = LORA_CONFIG.format(dir=data, pretrained=folder("llama3"))
+def test_an_int4_base_resumes_to_the_adapters_of_a_run_never_stopped(data, tmp_path):  # noqa: F811
+    config = LORA_CONFIG.format(dir=data, pretrained=folder("llama3")).replace(f'test = "{data}/dev.txt"\n', "")
     config = config.replace("lora_rank = 4", 'lora_rank = 4\nbase_weights = "int4"')
-    config = config.replace("steps = 30", "steps = 8").replace("every = 10", "every = 4")
+    config = config.replace("steps = 30", "steps = 4").replace("checkpoint_every = 10", "checkpoint_every = 2")
     (tmp_path / "lora.toml").write_text(config, encoding="utf-8")
     amptrain.fit(str(tmp_path / "lora.toml"), run_dir=str(tmp_path / "whole"))
-    stop = threading.Thread(target=terminate_at, args=(tmp_path / "resumed" / "checkpoints" / "ckpt-4.index",))
+    stop = threading.Thread(target=terminate_at, args=(tmp_path / "resumed" / "checkpoints" / "ckpt-2.index",))
     stop.start()
     with pytest.raises(Interrupted):  # SIGTERM: a checkpoint at the step it lands, then out
         amptrain.fit(str(tmp_path / "lora.toml"), run_dir=str(tmp_path / "resumed"))
     stop.join()
     amptrain.fit(str(tmp_path / "lora.toml"), run_dir=str(tmp_path / "resumed"))
     assert [r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl") if r["kind"] == "run"][-1][
-        "resumed_from_step"] >= 4  # fmt: skip
+        "resumed_from_step"] >= 2  # fmt: skip
     reader, whole = adapters_of(tmp_path / "whole")
     _, resumed = adapters_of(tmp_path / "resumed")
     assert len(whole) == 3 * 2 * 2  # query, value, down of 2 layers; A and B
@@ -47,9 +45,3 @@ def test_an_int4_base_resumes_exactly_and_exports_what_predict_generates(data, t
     names = reader.get_variable_to_shape_map()
     assert not [n for n in names if n.startswith("model/") and "adapters" not in n and "base_weights" not in n]
     assert reader.get_tensor("model/base_weights/.ATTRIBUTES/VARIABLE_VALUE").decode().endswith(" int4")
-
-    run = str(tmp_path / "whole")
-    exported = amptrain.export(run, fmt="transformers")["path"]
-    generate = ["generate.max_new_tokens=8"]
-    ours = [r["generated"] for r in amptrain.predict(run, TEXTS, overrides=generate)]
-    assert [r["generated"] for r in amptrain.predict(exported, TEXTS, overrides=generate)] == ours
