@@ -25,8 +25,9 @@ import math
 import keras
 import numpy as np
 
+from amptrain.tasks.language_model.lora import target_layers
+
 QUANTIZED = ("int8", "int4")
-BASE_WEIGHTS = ("float32", "compute", *QUANTIZED)
 
 
 def load_dtype(mode, dtype):
@@ -67,14 +68,7 @@ def hold_base(model, mode, dtype):
 
 def projection_layers(model):
     """Every projection of every decoder layer (the family's seven names)."""
-    found = []
-    for block in model.blocks:
-        for path in model.family.projections.values():
-            layer = block
-            for attribute in path.split("."):
-                layer = getattr(layer, attribute)
-            found.append(layer)
-    return found
+    return target_layers(model, list(model.family.projections))
 
 
 def is_quantized(layer):

@@ -23,6 +23,8 @@ from amptrain.config import TrainConfig, require
 
 # The projections `train.lora_targets` may name (each family maps them: families/).
 LORA_PROJECTIONS = ("query", "key", "value", "output", "gate", "up", "down")
+# How `train.base_weights` may hold the frozen base (base_weights.py holds it so).
+BASE_WEIGHTS = ("float32", "compute", "int8", "int4")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +49,6 @@ def check(config):
     require(t.lora_rank >= 0, "train.lora_rank", "an integer >= 0 (0: every weight trained)", t.lora_rank)
     require(0 <= t.lora_alpha < math.inf, "train.lora_alpha", "a finite number >= 0 (0: lora_rank)", t.lora_alpha)
     lora_targets(t.lora_targets)
-    from amptrain.tasks.language_model.base_weights import BASE_WEIGHTS
-
     require(t.base_weights in BASE_WEIGHTS, "train.base_weights", f"one of {', '.join(BASE_WEIGHTS)}", t.base_weights)
     if t.base_weights != "float32":
         require(bool(t.lora_rank), "train.base_weights", '"float32" (the others hold a LoRA run\'s frozen base: '
