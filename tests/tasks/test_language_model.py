@@ -192,10 +192,14 @@ def test_the_chunked_cross_entropy_and_its_gradients_equal_the_whole_logits(monk
         chunked = summed_cross_entropy(states, table, labels)
         log_p = tf.nn.log_softmax(tf.matmul(states, table, transpose_b=True))
         whole = -tf.reduce_sum(tf.gather(log_p, tf.maximum(labels, 0), batch_dims=1) * scored)
-        scaled = [chunked * 3.0, whole * 3.0]  # an upstream gradient other than 1
-    assert abs(float(chunked) - float(whole)) < 1e-5
+        frozen = summed_cross_entropy(states, table, labels, table_gradient=False)
+        scaled = [chunked * 3.0, whole * 3.0, frozen * 3.0]  # an upstream gradient other than 1
+    assert abs(float(chunked) - float(whole)) < 1e-5 and float(frozen) == float(chunked)
     for got, want in zip(tape.gradient(scaled[0], [states, table]), tape.gradient(scaled[1], [states, table])):
         np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+    d_states, d_table = tape.gradient(scaled[2], [states, table])  # a frozen table: the states' alone
+    assert d_table is None
+    np.testing.assert_allclose(d_states.numpy(), tape.gradient(scaled[1], states).numpy(), atol=1e-5)
     every = token_cross_entropy(states, table, labels).numpy()
     assert abs(every.sum() - float(whole)) < 1e-5 and every[3] == every[7] == 0
 

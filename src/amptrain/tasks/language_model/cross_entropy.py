@@ -3,6 +3,7 @@ output embedding's logits are made in float32 a chunk of positions at a time, an
 is reduced to what the loss and its gradient need before the next one is made.
 
     total = summed_cross_entropy(states, table, labels)   # scalar; its gradient reaches both
+    total = summed_cross_entropy(states, table, labels, table_gradient=False)  # a frozen table
     losses = token_cross_entropy(states, table, labels)   # (rows,), no gradient
 
 `states` (rows, hidden) and `table` (vocabulary, hidden) are float32; `labels` (rows,) int32,
@@ -15,6 +16,8 @@ holds `CHUNK_ELEMENTS` logits (8 MiB) at most. The gradient is made in the forwa
 (softmax minus the one-hot label, times the table and the states), as Liger-Kernel's fused
 linear cross-entropy does: the backward pass only scales it, so nothing is computed twice.
 That needs the upstream gradient to be one number, hence a summed loss for training.
+A frozen table (LoRA's base) gets no gradient: neither its product (2 FLOPs a table weight
+and a position, a fifth of a LoRA step of SmolLM2) nor its float32 sum is made.
 """
 
 import tensorflow as tf
@@ -26,15 +29,16 @@ def chunk_rows(vocabulary_size):
     return max(1, CHUNK_ELEMENTS // max(1, int(vocabulary_size)))
 
 
-def summed_cross_entropy(states, table, labels):
-    """Σ -log softmax(states · tableᵀ)[label] over the scored rows, with its gradient."""
+def summed_cross_entropy(states, table, labels, table_gradient=True):
+    """Σ -log softmax(states · tableᵀ)[label] over the scored rows, with its gradient (the
+    table's only with `table_gradient`)."""
 
     @tf.custom_gradient
     def fused(states, table):
-        total, d_states, d_table = _chunks(states, table, labels, gradients=True)
+        total, d_states, d_table = _chunks(states, table, labels, gradients=True, table_gradient=table_gradient)
 
         def gradient(upstream):
-            return upstream * d_states, upstream * d_table
+            return upstream * d_states, None if d_table is None else upstream * d_table
 
         return total, gradient
 
@@ -46,7 +50,7 @@ def token_cross_entropy(states, table, labels):
     return _chunks(states, table, labels, gradients=False)
 
 
-def _chunks(states, table, labels, gradients):
+def _chunks(states, table, labels, gradients, table_gradient=True):
     rows = tf.shape(states)[0]
     hidden = tf.shape(states)[1]
     size = chunk_rows(table.shape[0] if table.shape[0] is not None else 1 << 16)
@@ -68,7 +72,8 @@ def _chunks(states, table, labels, gradients):
         # d loss / d logits: softmax minus the one-hot label, on scored rows only
         d_logits = tf.exp(logits - normalizer[:, None]) - tf.one_hot(kept, tf.shape(logits)[1])
         d_logits *= tf.cast(scored, d_logits.dtype)[:, None]
-        return losses, tf.matmul(d_logits, table), tf.matmul(d_logits, chunk, transpose_a=True)
+        d_table = tf.matmul(d_logits, chunk, transpose_a=True) if table_gradient else None
+        return losses, tf.matmul(d_logits, table), d_table
 
     if not gradients:
         out = tf.TensorArray(tf.float32, size=count, element_shape=[size])
@@ -80,6 +85,15 @@ def _chunks(states, table, labels, gradients):
         return tf.reshape(out.stack(), [-1])[:rows]
 
     d_states = tf.TensorArray(tf.float32, size=count, element_shape=[size, states.shape[1]])
+    if not table_gradient:
+
+        def frozen(index, total, d_states):
+            losses, d_chunk, _ = one(index)
+            return index + 1, total + tf.reduce_sum(losses), d_states.write(index, d_chunk)
+
+        start = (0, tf.constant(0.0), d_states)
+        _, total, d_states = tf.while_loop(lambda index, *_: index < count, frozen, start, parallel_iterations=1)
+        return total, tf.reshape(d_states.stack(), [-1, hidden])[:rows], None
 
     def body(index, total, d_states, d_table):
         losses, d_chunk, d_table_chunk = one(index)

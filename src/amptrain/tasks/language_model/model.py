@@ -59,7 +59,7 @@ class TiedLogits(keras.layers.Layer):
         rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
         flat = ops.reshape(labels, (-1,))
         if training:
-            return summed_cross_entropy(rows, table, flat)
+            return summed_cross_entropy(rows, table, flat, table_gradient=self.table_trainable())
         return ops.reshape(token_cross_entropy(rows, table, flat), ops.shape(labels))
 
     def table(self):
@@ -67,6 +67,12 @@ class TiedLogits(keras.layers.Layer):
         if getattr(self.embedding, "tie_weights", True):
             return self.embedding.embeddings
         return ops.transpose(self.embedding.reverse_embeddings)
+
+    def table_trainable(self):
+        """Whether the table is trained (LoRA freezes it: its gradient is then never made)."""
+        if getattr(self.embedding, "tie_weights", True):
+            return self.embedding.embeddings.trainable
+        return self.embedding.reverse_embeddings.trainable
 
     def matmul_parameters(self):
         """The weights multiplied once a token (`hardware/flops.py` counts them)."""
