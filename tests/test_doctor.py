@@ -114,6 +114,12 @@ def test_peaks_are_measured_once_and_keyed_by_machine(monkeypatch, tmp_path):
     assert peak == 1e9 and "cached" in source and calls == ["float32", "bfloat16"]
     peaks.measured_peaks(["float32"], measure, refresh=True)
     assert calls == ["float32", "bfloat16", "float32"]
+    # measured again under load (half the figure), then quietly: the best is kept
+    halved = peaks.measured_peaks(["float32"], lambda dtype: (5e8, 64), refresh=True)["float32"]
+    assert halved["flops"] == 1e9 and halved["last_flops"] == 5e8 and halved["measurements"] == 3
+    assert peaks.measured_peaks(["float32"], lambda dtype: (2e9, 128), refresh=True)["float32"]["flops"] == 2e9
+    assert peaks.cached_peaks()["float32"] == {"flops": 2e9, "size": 128, "seconds": 0.0, "last_flops": 2e9,
+                                               "measurements": 4}  # fmt: skip
     # a known accelerator has its data-sheet peak; an unknown one none
     assert peaks.run_peak("mixed_bfloat16", devices=[{"type": "GPU", "device_name": "NVIDIA A100"}])[0] == 312e12
     assert peaks.run_peak("float32", devices=[{"type": "GPU", "device_name": "Mystery"}]) is None

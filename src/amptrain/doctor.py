@@ -193,8 +193,10 @@ def format_report(report):
         f"{', '.join(auto['candidates'])}" + "".join(f"; not {label}: {why}" for label, why in auto["excluded"].items())
     )
     for dtype, peak in report["peaks"].items():
+        count = peak.get("measurements", 1)
+        best = f"; the best of {count} measurements, the last {peak['last_flops'] / 1e9:,.1f}" if count > 1 else ""
         lines.append(
-            f"peak {dtype:<8} {peak['flops'] / 1e9:8,.1f} GFLOP/s  ({peak['size']}x{peak['size']} matrix product)"
+            f"peak {dtype:<8} {peak['flops'] / 1e9:8,.1f} GFLOP/s  ({peak['size']}x{peak['size']} matrix product{best})"
         )
     lines += [f"warning: {text}" for text in report["warnings"]]
     if report.get("probe"):
@@ -214,4 +216,5 @@ def cache_note():
     from amptrain.files import cache_dir
     from amptrain.hardware.peaks import PEAKS_FILE
 
-    return f"peaks cached in {os.path.join(cache_dir(), PEAKS_FILE)} (--remeasure to measure again)"
+    where = os.path.join(cache_dir(), PEAKS_FILE)
+    return f"peaks cached in {where} (the best of every measurement; --remeasure to measure again)"

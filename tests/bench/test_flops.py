@@ -96,6 +96,19 @@ def test_dense_layers_count_their_kernels_only():
     assert training_flops_per_token(model, 5) == 192  # 6 * 32; no attention layer
 
 
+def test_frozen_kernels_count_4_a_parameter_and_lora_adapters_6():
+    """What the step computes: a frozen kernel has no weight gradient (forward 2, its input's
+    gradient 2); LoRA's A (8 x 2) and B (2 x 4) are trained products of their own."""
+    frozen, adapted, trained = keras.layers.Dense(4), keras.layers.Dense(4), keras.layers.Dense(4)
+    model = sequence_model(frozen, adapted, keras.layers.Dense(8), trained, width=8)
+    frozen.trainable = False
+    adapted.enable_lora(2)  # its 4 x 4 kernel frozen; A 4 x 2, B 2 x 4
+    count = count_flops(model)
+    # frozen: 8 x 4 + 4 x 4; trained: 4 x 8 + 8 x 4, and the adapters 8 + 8
+    assert (count.frozen_parameters, count.matmul_parameters) == (32 + 16, 32 + 32 + 16)
+    assert training_flops_per_token(model, 10) == 4 * 48 + 6 * 80 == 672
+
+
 def test_multi_head_attention_counts_its_projections_and_scores():
     inputs = keras.Input((10, 8))
     attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)(inputs, inputs)

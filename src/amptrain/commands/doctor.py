@@ -13,7 +13,11 @@ def add(commands):
     )
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
     doctor.add_argument("--no-peaks", action="store_true", help="skip the matrix-product peaks (2 s a dtype)")
-    doctor.add_argument("--remeasure", action="store_true", help="measure the peaks again instead of the cache")
+    doctor.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure the peaks again (the cache keeps the best of every measurement)",
+    )
     doctor.add_argument(
         "--probe",
         metavar="CONFIG",

@@ -222,6 +222,7 @@ class _Loop:
                 if step % self.config.train.log_every == 0 or step == self.steps:
                     progress.clear()
                     self._log_train(step, window)
+                    self.utilisation.remeasure_if_due()  # between windows: never beside a timed step
                     window = Window()
                 if self.histograms and self.histograms.due(step):
                     self.histograms.write(step)

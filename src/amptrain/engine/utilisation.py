@@ -13,6 +13,11 @@ model's FLOPs cannot be counted (a layer `hardware/flops.py` does not know, name
 log; no peak is measured then). Logical CPU replicas share one CPU, so the CPU peak is not
 multiplied; workers on several machines would each have their own, so there the figure is
 understated.
+
+An MFU above 100% is never reported: it means the peak was measured low (on a busy machine,
+say). The window's figure is then 100%, and before the next window starts (never beside a
+timed step) the CPU's peak is measured again, once a run; the cache keeps the best of every
+measurement (`hardware/peaks.py`), so later windows and later runs divide by it.
 """
 
 import functools
@@ -56,11 +61,15 @@ def resident_memory(path="/proc/self/status"):
 
 
 class Utilisation:
-    def __init__(self, flops_at, peak=None):
+    def __init__(self, flops_at, peak=None, remeasure=None):
         # flops_at(length): training FLOPs per token at a padded length (linear in it);
         # None when the model's FLOPs cannot be counted
         self.flops_at = flops_at
         self.peak = peak  # (FLOP/s, where it comes from) or None
+        # remeasure(): the peak measured again, as `peak`; None where there is nothing to
+        # measure (a data sheet's peak); once used, None
+        self._remeasure = remeasure
+        self.remeasure_due = False
 
     @classmethod
     def for_run(cls, model, policy, strategy, measure=None):
@@ -86,13 +95,36 @@ class Utilisation:
             logger.info("MFU: the peak of this device is not known; mfu is null")
         else:
             logger.info(f"MFU against {peak[0] / 1e9:,.1f} GFLOP/s: {peak[1]}")
-        return cls(count.per_token, peak)
+        again = None
+        if peak is not None and not devices:
+            again = functools.partial(run_peak, policy, devices, measure or timed_matmul_peak, refresh=True)
+        return cls(count.per_token, peak, again)
 
     def mfu(self, window):
+        """The window's MFU, at most 1 (a figure above marks the peak for measuring again)."""
         if self.flops_at is None or self.peak is None or not window.examples:
             return None
         length = window.tokens[1] / window.examples  # mean padded length
-        return self.flops_at(length) * window.tokens_per_second() / self.peak[0]
+        mfu = self.flops_at(length) * window.tokens_per_second() / self.peak[0]
+        if mfu > 1 and self._remeasure is not None:
+            self.remeasure_due = True
+        return min(mfu, 1.0)
+
+    def remeasure_if_due(self):
+        """Between two windows: the peak measured again when an MFU passed 100% (once a run)."""
+        if not self.remeasure_due:
+            return
+        self.remeasure_due, again, self._remeasure = False, self._remeasure, None
+        before = self.peak[0]
+        try:
+            self.peak = again()
+        except Exception as error:  # noqa: BLE001 - a figure, never a reason to stop a run
+            logger.warning(f"MFU: the peak could not be measured again ({type(error).__name__}: {error})")
+            return
+        logger.info(
+            f"MFU passed 100% against {before / 1e9:,.1f} GFLOP/s (measured on a busy machine?): the peak "
+            f"measured again, now {self.peak[0] / 1e9:,.1f} GFLOP/s ({self.peak[1]}); MFU is at most 100%"
+        )
 
     def figures(self, window):
         memory, peak_memory = memory_in_use()

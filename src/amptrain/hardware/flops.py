@@ -24,8 +24,15 @@ function counts amptrain's models and a user's:
 
 A layer counts once per call: a layer a functional graph calls several times (ALBERT's
 shared blocks) counts each call. As in the formula, a classifier's head is counted per
-token although it runs once a sequence (it is a few hundred parameters); frozen layers
-count 6 a parameter like the rest.
+token although it runs once a sequence (it is a few hundred parameters).
+
+What the step computes, not what a full fine-tuning would: a frozen kernel (a variable not
+trainable: LoRA's base, a quantized one, a layer the user froze) has no weight gradient, so
+it costs 4 a parameter (forward, and the gradient of its input; the first frozen products,
+whose input needs none, are counted 4 too). LoRA's adapters (Keras' `enable_lora`: A and B
+on a Dense or EinsumDense) are trained products of their own, 6 a parameter (x A, then B).
+Keras merges them into the kernel once a step (kernel + A B, rank · inputs · outputs
+multiplications a step, not a token): not counted.
 
 Unknown rather than wrong: the count is None (`FlopsCount.uncounted` names the layers)
 when a layer has trainable weights of rank 2 or more of its own, in a class the count does
@@ -75,18 +82,21 @@ _NAMES = ("H200", "H100", "A100", "A10", "L4", "T4", "V100", "TPU v5e", "TPU v4"
 class FlopsCount:
     """What `count_flops` found in a model: enough for the FLOPs per token at any length."""
 
-    matmul_parameters: int = 0  # weights multiplied once a token: 6 training FLOPs each
+    matmul_parameters: int = 0  # trained weights multiplied once a token: 6 training FLOPs each
     attention_width: int = 0  # sum over attention layers of heads · (key_dim + value_dim)
     uncounted: tuple = ()  # "path (Class): why" of each layer the count cannot see into
     encoder_decoder: bool = False  # a token is half a source-target pair
+    frozen_parameters: int = 0  # frozen weights multiplied once a token: 4 each (no weight gradient)
 
     def per_token(self, sequence_length):
         """Training FLOPs per token at `sequence_length` (a padded length; linear in it), or
         None when a layer could not be counted."""
         if self.uncounted:
             return None
-        # forward: 2 a parameter, 2 · width · length of scores and weighted sums; backward twice that
-        per_token = 6 * self.matmul_parameters + 6 * self.attention_width * sequence_length
+        # forward: 2 a parameter, 2 · width · length of scores and weighted sums; backward twice
+        # that, or once for a frozen weight (its input's gradient alone)
+        per_token = 6 * self.matmul_parameters + 4 * self.frozen_parameters
+        per_token += 6 * self.attention_width * sequence_length
         # An encoder-decoder runs its encoder on source tokens, its decoder and output
         # projection on target tokens, and the tokens counted are both sides': a pair of one
         # source and one target token costs the sum over every part, so a token half of it
@@ -105,16 +115,18 @@ def training_flops_per_token(model, sequence_length):
 
 def count_flops(model):
     """The matrix-product parameters, attention width and uncounted layers of the built `model`."""
-    parameters, width, uncounted = 0, 0, []
+    parameters, frozen, width, uncounted = 0, 0, 0, []
     for layer, path, calls in _layers(model):
         found = _layer_count(layer, calls)
         if isinstance(found, str):
             uncounted.append(f"{path} ({type(layer).__name__}): {found}")
-        else:
-            parameters += found[0] * calls
-            width += found[1] * calls
+            continue
+        products, width_here = found
+        trained, held = products if isinstance(products, tuple) else (products, 0)
+        parameters, frozen, width = parameters + trained * calls, frozen + held * calls, width + width_here * calls
     # A model whose tokens are half source, half target says so (the translator does).
-    return FlopsCount(parameters, width, tuple(uncounted), getattr(model, "encoder_decoder", False) is True)
+    encoder_decoder = getattr(model, "encoder_decoder", False) is True
+    return FlopsCount(parameters, width, tuple(uncounted), encoder_decoder, frozen)
 
 
 def _layers(model):
@@ -147,19 +159,21 @@ def _layer_count(layer, calls):
     if (isinstance(layer, keras.layers.Dense | keras.layers.EinsumDense) or counts_itself) and not layer.built:
         return "not built"
     if isinstance(layer, keras.layers.Dense):
-        return _size(layer.kernel), 0
+        return _kernel_products(layer, _size(layer.kernel)), 0
     if isinstance(layer, keras.layers.EinsumDense):
         return _einsum_count(layer)
     if isinstance(layer, _RNN_CELLS):
-        return _size(layer.kernel) + _size(layer.recurrent_kernel), 0
+        size = _size(layer.kernel) + _size(layer.recurrent_kernel)
+        return ((size, 0) if layer.kernel.trainable else (0, size)), 0
     if isinstance(layer, MultiHeadSelfAttention | Attention):
         return 0, 2 * layer.hidden_dim
     if isinstance(layer, keras.layers.MultiHeadAttention):
         return 0, layer.num_heads * (layer.key_dim + layer.value_dim)
     if isinstance(layer, keras.layers.GroupQueryAttention):
         return 0, layer.num_query_heads * 2 * layer.head_dim
-    if counts_itself:
-        return layer.matmul_parameters(), 0
+    if counts_itself:  # and, when some of them are frozen, `frozen_matmul_parameters()`
+        frozen = layer.frozen_matmul_parameters() if hasattr(layer, "frozen_matmul_parameters") else 0
+        return (layer.matmul_parameters() - frozen, frozen), 0
     if isinstance(layer, keras.layers.Attention | keras.layers.AdditiveAttention):
         return "its scores are sized by its inputs, which the layer does not hold"
     if isinstance(layer, keras.layers.ReversibleEmbedding) and calls > 1:
@@ -215,7 +229,19 @@ def _einsum_count(layer):
     shared = set(kernel) & set(operand) & set(output)
     if shared:
         return f"equation {layer.equation!r}: its kernel is not token-wise (axes {''.join(sorted(shared))})"
-    return _size(layer.kernel), 0
+    return _kernel_products(layer, _size(layer.kernel)), 0
+
+
+def _kernel_products(layer, size):
+    """(trained, frozen) parameters multiplied once a token by a Dense or EinsumDense of a
+    kernel of `size`: the kernel's (trained or frozen: its variable says, `_kernel` where
+    Keras' `kernel` is the sum with LoRA's adapters or an unpacked int4), and LoRA's A and B."""
+    variable = getattr(layer, "_kernel", None)
+    trained = layer.trainable and (variable.trainable if variable is not None else True)
+    products = (size, 0) if trained else (0, size)
+    if getattr(layer, "lora_enabled", False):
+        products = (products[0] + _size(layer.lora_kernel_a) + _size(layer.lora_kernel_b), products[1])
+    return products
 
 
 def peak_flops(policy, device_name=None, tf32=True):

@@ -2,8 +2,15 @@
 cached per machine and TensorFlow version, reused by `amptrain doctor`, the bench and the
 MFU of `train` records.
 
-    peaks = measured_peaks(["float32", "bfloat16"])   # {dtype: {"flops", "size", "seconds"}}
+    peaks = measured_peaks(["float32", "bfloat16"])   # {dtype: {"flops", "size", "seconds", ...}}
+    measured_peaks(["bfloat16"], refresh=True)        # measured again; the best is kept
     peak, source = run_peak("mixed_bfloat16")         # data sheet on a known GPU/TPU, else measured
+
+A measurement on a busy machine reads low (another process had half the cores), and an MFU
+against it reads high. So the cache keeps the best of every measurement of this machine
+(`flops`; `last_flops` is the newest, `measurements` how many), and a measurement again
+(`doctor --remeasure`, or a run whose MFU would pass 100%: `engine/utilisation.py`) can
+only raise it.
 
 A data-sheet peak needs the accelerator's name (`flops.PEAKS`); a CPU has no such table,
 so its peak is what a square product of the largest size that fits the time budget
@@ -87,7 +94,8 @@ def cached_peaks():
 
 
 def measured_peaks(dtypes=DTYPES, measure=timed_matmul_peak, refresh=False):
-    """The cached peak of each dtype; the missing ones (all with `refresh`) measured and cached."""
+    """The cached peak of each dtype; the missing ones (all with `refresh`) measured and
+    cached. A dtype measured before keeps the best of its measurements."""
     key, what = machine_key()
     everything = _read()
     entry = everything.setdefault(key, {**what, "peaks": {}})
@@ -96,7 +104,8 @@ def measured_peaks(dtypes=DTYPES, measure=timed_matmul_peak, refresh=False):
             continue
         started = time.perf_counter()
         flops, size = measure(dtype)
-        entry["peaks"][dtype] = {"flops": flops, "size": size, "seconds": round(time.perf_counter() - started, 2)}
+        now = {"flops": flops, "size": size, "seconds": round(time.perf_counter() - started, 2)}
+        entry["peaks"][dtype] = _best(entry["peaks"].get(dtype), now)
     os.makedirs(os.path.dirname(_path()), exist_ok=True)
     temporary = _path() + f".{os.getpid()}.tmp"
     with open(temporary, "w", encoding="utf-8") as f:
@@ -105,10 +114,17 @@ def measured_peaks(dtypes=DTYPES, measure=timed_matmul_peak, refresh=False):
     return {dtype: entry["peaks"][dtype] for dtype in dtypes}
 
 
-def run_peak(policy, devices=None, measure=timed_matmul_peak):
+def _best(before, now):
+    """The cache entry of a dtype after a measurement `now`: the best of every one so far."""
+    count = (before or {}).get("measurements", 1 if before else 0) + 1
+    best = before if before and before["flops"] >= now["flops"] else now
+    return {**best, "last_flops": now["flops"], "measurements": count}
+
+
+def run_peak(policy, devices=None, measure=timed_matmul_peak, refresh=False):
     """(peak FLOP/s, source) for training under `policy`: the first accelerator's data
-    sheet, else the CPU's measured (cached) peak in the policy's compute dtype; None when
-    an accelerator is not in the table."""
+    sheet, else the CPU's measured (cached; with `refresh` measured again, the best kept)
+    peak in the policy's compute dtype; None when an accelerator is not in the table."""
     from amptrain.hardware.flops import peak_flops
     from amptrain.precision.policy import COMPUTE_DTYPES, describe_devices
 
@@ -116,7 +132,9 @@ def run_peak(policy, devices=None, measure=timed_matmul_peak):
     if devices:
         return peak_flops(policy, devices[0].get("device_name") or devices[0]["type"])
     dtype = COMPUTE_DTYPES[policy]
-    was_cached = dtype in cached_peaks()
-    peak = measured_peaks([dtype], measure)[dtype]
+    was_cached = dtype in cached_peaks() and not refresh
+    peak = measured_peaks([dtype], measure, refresh=refresh)[dtype]
     how = "cached" if was_cached else f"measured now in {peak['seconds']:.1f} s"
+    if peak.get("measurements", 1) > 1:
+        how += f", the best of {peak['measurements']} measurements"
     return peak["flops"], f"CPU: a {peak['size']}x{peak['size']} {dtype} matrix product ({how})"
