@@ -200,6 +200,14 @@ def test_the_chunked_cross_entropy_and_its_gradients_equal_the_whole_logits(monk
     d_states, d_table = tape.gradient(scaled[2], [states, table])  # a frozen table: the states' alone
     assert d_table is None
     np.testing.assert_allclose(d_states.numpy(), tape.gradient(scaled[1], states).numpy(), atol=1e-5)
+    # products in bfloat16 (a mixed_bfloat16 network's head): the sums in float32, so within
+    # bfloat16's rounding of the inputs and logits (8 bits: about 0.4%)
+    with tf.GradientTape() as half_tape:
+        half_tape.watch([states, table])
+        half = summed_cross_entropy(states, table, labels, products="bfloat16")
+    assert abs(float(half) - float(whole)) < 0.01 * abs(float(whole))
+    for got, want in zip(half_tape.gradient(half, [states, table]), tape.gradient(scaled[1], [states, table])):
+        np.testing.assert_allclose(got.numpy(), want.numpy() / 3.0, atol=0.05)
     every = token_cross_entropy(states, table, labels).numpy()
     assert abs(every.sum() - float(whole)) < 1e-5 and every[3] == every[7] == 0
 

@@ -52,6 +52,9 @@ class TiedLogits(keras.layers.Layer):
         """The logits (batch, length, vocabulary); given `labels` (batch, length; negative where
         not scored), the cross-entropy instead, a chunk of logits at a time
         (`cross_entropy.py`): summed over the batch when training, else of every position."""
+        # the gradient's products in the network's bfloat16 (its states' gradient goes back
+        # into bfloat16 layers anyway); float16 and float32 networks keep them in float32
+        products = "bfloat16" if self.embedding.compute_dtype == "bfloat16" else "float32"
         table = ops.cast(self.table(), "float32")
         x = ops.cast(x, "float32")
         if labels is None:
@@ -59,7 +62,7 @@ class TiedLogits(keras.layers.Layer):
         rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
         flat = ops.reshape(labels, (-1,))
         if training:
-            return summed_cross_entropy(rows, table, flat, table_gradient=self.table_trainable())
+            return summed_cross_entropy(rows, table, flat, self.table_trainable(), products)
         return ops.reshape(token_cross_entropy(rows, table, flat), ops.shape(labels))
 
     def table(self):
@@ -78,6 +81,10 @@ class TiedLogits(keras.layers.Layer):
         """The weights multiplied once a token (`hardware/flops.py` counts them)."""
         shape = self.embedding.embeddings.shape
         return int(shape[0]) * int(shape[1])
+
+    def frozen_matmul_parameters(self):
+        """Those of them with no gradient (`hardware/flops.py` counts them 4 a token, not 6)."""
+        return 0 if self.table_trainable() else self.matmul_parameters()
 
 
 @keras.saving.register_keras_serializable(package="amptrain")
