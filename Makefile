@@ -5,7 +5,8 @@
 # make pretrained-llm: SmolLM2-135M-Instruct (GGUF, and converted to a folder) into pretrained/ (test-all too).
 # make lint: ruff's checks and its formatter, checked (make format applies them).
 # make install-test: the package with its test, onnx and serve extras, so the ONNX export and server tests run for real.
-# make venv-hf: .venv-hf, the transformers environment the export tests check against (test-all too).
+# make venv-hf: .venv-hf, the transformers environment the export tests check against (test-all too) and the
+# PyTorch peers of benchmarks/peers/ run in.
 # Each creates .venv with Python 3.11 if it is missing.
 PYTHON ?= python3.11
 VENV := .venv
@@ -83,7 +84,7 @@ venv-hf: $(HF_VENV)/installed
 $(HF_VENV)/installed:
 	$(PYTHON) -m venv $(HF_VENV)
 	$(HF_VENV)/bin/python -m pip install --quiet torch==2.13.0 "transformers>=5.25,<6" "gguf>=0.19" \
-		"safetensors>=0.8" "sentencepiece>=0.2" "jinja2>=3.1" "accelerate>=1.0"
+		"safetensors>=0.8" "sentencepiece>=0.2" "jinja2>=3.1" "accelerate>=1.0" "peft>=0.21"
 	touch $@
 
 clean:
