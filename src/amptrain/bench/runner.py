@@ -7,7 +7,8 @@ same run.
 
 MFU = training FLOPs per token (`hardware/flops.py`) × real tokens/s / the peak of the
 precision in use: the data-sheet peak of a known GPU or TPU, else (a CPU) the FLOP/s of a
-2048×2048 matrix product in the precision's compute dtype, measured in this run. A model
+2048×2048 matrix product in the precision's compute dtype, measured in this run; at most
+100% (a figure above means the peak was measured while the machine was busy). A model
 whose FLOPs cannot be counted (a layer the count does not know) has `mfu` None: "-" in
 the table, and `report.md` names the layers.
 """
@@ -154,8 +155,9 @@ def add_ratios(rows, peaks, default_batch_size, tokens_per_batch=0):
             peak, source = peak * row["num_replicas"], f"{row['num_replicas']} x {source}"
         row["peak_flops"], row["peak_source"] = peak, source
         flops = row.get("flops_per_token")  # None: the model's FLOPs cannot be counted, so MFU is unknown
-        row["mfu"] = None if flops is None else flops * row["real_tokens_per_second"] / peak
-        row["mfu_padded"] = None if flops is None else flops * row["padded_tokens_per_second"] / peak
+        # never above 100%: a figure above means a peak measured low (the machine busy then)
+        row["mfu"] = None if flops is None else min(1.0, flops * row["real_tokens_per_second"] / peak)
+        row["mfu_padded"] = None if flops is None else min(1.0, flops * row["padded_tokens_per_second"] / peak)
         row["model_flops_per_second"] = None if flops is None else flops * row["real_tokens_per_second"]
     for row in rows:
         base = [
