@@ -29,6 +29,7 @@ def main():
 
     import tensorflow as tf
 
+    from amptrain import xla_modes
     from amptrain.tasks.language_model import cross_entropy
 
     tf.keras.utils.set_random_seed(0)
@@ -42,7 +43,7 @@ def main():
 
         @tf.function
         def call():
-            with tf.GradientTape() as tape:
+            with xla_modes.scope(False, kernels=True), tf.GradientTape() as tape:  # as in a training step
                 loss = cross_entropy.summed_cross_entropy(states, tf.identity(table), labels, False, products)
             return loss, tape.gradient(loss, states)
 

@@ -21,13 +21,16 @@ table weight and a position) nor its float32 sum is made.
 
 Training's products run in `products`: the network's bfloat16 under `mixed_bfloat16` (as
 keras-hub's and transformers' heads do under it), with the softmax, its sums and the loss in
-float32; a chunk's softmax is one XLA-compiled function (max, exp, sum, log and the
-gradient in one pass over the logits, not eight). On SmolLM2's 49,152 pieces at 8 × 128
+float32; in a training step (`runtime.fused_kernels`, the default) a chunk's softmax is one
+XLA computation (`xla_modes.kernel`: max, exp, sum, log and the gradient in one pass over
+the logits, not eight), elsewhere the same ops. On SmolLM2's 49,152 pieces at 8 × 128
 positions this takes the head and loss from 1.16 s a step to 0.34 (AMX CPU,
 `benchmarks/lm_head_loss.py`). Scoring (`token_cross_entropy`) stays in float32 throughout.
 """
 
 import tensorflow as tf
+
+from amptrain.xla_modes import kernel
 
 CHUNK_ELEMENTS = 1 << 23  # float32 logits held at once: 32 MiB
 
@@ -57,7 +60,7 @@ def token_cross_entropy(states, table, labels):
     return _chunks(states, table, labels, gradients=False)
 
 
-@tf.function(jit_compile=True)
+@kernel
 def _softmax_gradient(logits, kept, weight, products):
     """(losses, d logits) of a chunk: -log softmax at `kept` and softmax minus its one-hot,
     each row times `weight` (0 where not scored); the gradient in `products`."""
