@@ -108,20 +108,12 @@ def _chunks(states, table, labels, gradients, table_gradient=True, products=tf.f
         return tf.reshape(out.stack(), [-1])[:rows]
 
     d_states = tf.TensorArray(tf.float32, size=count, element_shape=[size, states.shape[1]])
-    if not table_gradient:
 
-        def frozen(index, total, d_states):
-            losses, d_chunk, _ = one(index)
-            return index + 1, total + tf.reduce_sum(losses), d_states.write(index, d_chunk)
-
-        start = (0, tf.constant(0.0), d_states)
-        _, total, d_states = tf.while_loop(lambda index, *_: index < count, frozen, start, parallel_iterations=1)
-        return total, tf.reshape(d_states.stack(), [-1, hidden])[:rows], None
-
-    def body(index, total, d_states, d_table):
+    def body(index, total, d_states, *d_table):  # d_table: the table's sum so far, if it has a gradient
         losses, d_chunk, d_table_chunk = one(index)
-        return index + 1, total + tf.reduce_sum(losses), d_states.write(index, d_chunk), d_table + d_table_chunk
+        summed = (d_table[0] + d_table_chunk,) if table_gradient else ()
+        return index + 1, total + tf.reduce_sum(losses), d_states.write(index, d_chunk), *summed
 
-    start = (0, tf.constant(0.0), d_states, tf.zeros_like(table))
-    _, total, d_states, d_table = tf.while_loop(lambda index, *_: index < count, body, start, parallel_iterations=1)
-    return total, tf.reshape(d_states.stack(), [-1, hidden])[:rows], d_table
+    start = (0, tf.constant(0.0), d_states, *((tf.zeros_like(table),) if table_gradient else ()))
+    _, total, d_states, *d_table = tf.while_loop(lambda index, *_: index < count, body, start, parallel_iterations=1)
+    return total, tf.reshape(d_states.stack(), [-1, hidden])[:rows], d_table[0] if table_gradient else None
