@@ -14,7 +14,7 @@ from amptrain.bench.building import buildable_precisions
 from amptrain.config import config_from_dict
 from amptrain.errors import ConfigError
 from amptrain.tasks.language_model import generation
-from amptrain.tasks.language_model.base_weights import computed_kernel, hold_base, projection_layers
+from amptrain.tasks.language_model.base_weights import computed_kernel, load_base, projection_layers
 from amptrain.tasks.language_model.lora import adapters
 from amptrain.tasks.language_model.transformers_folder import float_twin
 
@@ -56,6 +56,30 @@ def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_p
     assert generation.continuation(cached, 5, task.eod_id).tolist() == reference.tolist()
 
 
+@pytest.mark.parametrize("mode", ["int8", pytest.param("int4", marks=pytest.mark.slow)])
+def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mode):
+    """Placed weight by weight from the file into bfloat16 placeholders, the base holds what
+    Keras' quantization of the whole float32 model holds: the same variables, bit for bit."""
+    from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
+
+    from amptrain.config.pretrained import read_checkpoint
+    from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
+
+    checkpoint = read_checkpoint(folder("llama3"))
+    placed = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16", base_weights=mode)
+    whole = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16")
+    config = Int8QuantizationConfig(activation_quantizer=None) if mode == "int8" else Int4QuantizationConfig()
+    for layer in projection_layers(whole):
+        layer.quantize(mode, config=config)
+    ours, theirs = sorted(placed.weights, key=lambda v: v.path), sorted(whole.weights, key=lambda v: v.path)
+    assert [(v.path, v.dtype, tuple(v.shape)) for v in ours] == [(v.path, v.dtype, tuple(v.shape)) for v in theirs]
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(ours, theirs))
+    assert {layer.dtype_policy.name for layer in placed.backbone._flatten_layers()} == {
+        layer.dtype_policy.name for layer in whole.backbone._flatten_layers()
+    }
+    assert np.array_equal(placed(features()).numpy(), whole(features()).numpy())
+
+
 def test_the_compute_dtype_base_is_bfloat16_under_its_adapters(tmp_path):
     task, _ = lora_task(tmp_path, "llama3", base_weights="compute")
     model = task.build_model("mixed_bfloat16")
@@ -66,7 +90,7 @@ def test_the_compute_dtype_base_is_bfloat16_under_its_adapters(tmp_path):
 
 def test_a_base_keras_cannot_hold_or_without_adapters_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"train.base_weights: int4 under mixed_float16: Keras quantizes for"):
-        hold_base(None, "int4", "mixed_float16")  # refused before any layer is touched
+        load_base(None, folder("llama3"), "int4", "mixed_float16")  # refused before anything is built
     (tmp_path / "train.txt").write_text("In the beginning\n", encoding="utf-8")
     raw = {"task": "language_model", "data": {"train": str(tmp_path / "train.txt")}}
     raw["model"] = {"pretrained": folder("llama3")}

@@ -2,8 +2,7 @@
 compute dtype, or its projections quantized to int8 or int4 with Keras' own quantization
 (QLoRA's idea: the weights no gradient reaches need not be held in 32 bits).
 
-    model = PretrainedLanguageModel(checkpoint, length, dropout, load_dtype(mode, dtype))
-    hold_base(model, mode, dtype)  # after the weights are loaded, before the adapters
+    backbone = load_base(family, folder, mode, dtype, dropout=0.0, name="decoder")  # the model's
     computed_kernel(layer)         # a projection's kernel as its call computes it (dequantized, adapters in)
     copy_computed_kernels(model, twin)   # a float32 twin given those kernels (what an export writes)
 
@@ -11,59 +10,143 @@ int8: each projection's kernel (query, key, value, output, gate, up, down of eve
 layer) as int8 with a scale an output channel, weight-only (the activations stay in the
 compute dtype: Keras' `Int8QuantizationConfig(activation_quantizer=None)`). int4: two values a
 byte, a scale and a zero point for each 128 inputs of an output channel (Keras' default
-`Int4QuantizationConfig()`). Both are made from the float32 weights (the run's and its
-float32 export's quantization are the same), layer by layer after loading: the float32 model
-is whole once, while it loads. The token embedding (the tied output layer too) and the norms
-are kept as loaded.
+`Int4QuantizationConfig()`). Both are made from the file's float32 weights (the run's and its
+float32 export's quantization are the same). The token embedding (the tied output layer too)
+and the norms are kept as loaded, in the run's variable dtype.
+The float32 model is never whole while a quantized base loads: the backbone is built with
+bfloat16 placeholders, and each weight read from the file replaces its placeholder (a
+projection's kernel quantized at once: `Placement`).
 "compute": every frozen weight loaded in the compute dtype (bfloat16 under mixed_bfloat16:
 the model built under the compute dtype's own policy), the projections then put back under
 the run's policy so that their adapters, and the adapters' slots, are float32.
 """
 
+import contextlib
+import gc
 import math
 
 import keras
 import numpy as np
 
-from amptrain.tasks.language_model.lora import target_layers
+from amptrain.models.families.loading import load_backbone
+from amptrain.tasks.language_model.lora import block_layers, target_layers
 
 QUANTIZED = ("int8", "int4")
+PLACEHOLDER_DTYPE = "bfloat16"  # what a quantized base is built in, before its weights replace it
 
 
-def load_dtype(mode, dtype):
-    """The policy the pretrained model is built and loaded under: the compute dtype's for
-    "compute" (a variable's dtype is fixed when it is made), else the run's `dtype` (a quantized
-    base is quantized from the float32 weights, so that the run and its float32 export quantize
-    alike)."""
-    return keras.dtype_policies.get(dtype).compute_dtype if mode == "compute" else dtype
-
-
-def hold_base(model, mode, dtype):
-    """Holds `model`'s frozen weights as `mode` says (nothing for "float32"); the kernels'
-    float shapes are kept on the layers (`float_kernel_shape`) for `computed_kernel`.
-    `dtype`: the run's policy (its compute dtype is the model's)."""
-    if mode == "compute":  # built in the compute dtype; the adapters to come in the run's policy
-        for layer in projection_layers(model):
-            layer.dtype_policy = keras.dtype_policies.get(dtype)
-        return
-    if mode not in QUANTIZED:
-        return
-    compute = keras.dtype_policies.get(dtype).compute_dtype
-    if compute == "float16":
+def load_base(family, path, mode, dtype, **options):
+    """The family's keras-hub backbone of the folder `path` under the run's policy `dtype`, its
+    frozen weights held as `mode` says ("float32": as loaded). `options`: the backbone's own."""
+    policy = keras.dtype_policies.get(dtype)
+    if mode in QUANTIZED and policy.compute_dtype == "float16":
         from amptrain.errors import ConfigError
 
         raise ConfigError(
-            f"train.base_weights: {mode} under {keras.dtype_policies.get(dtype).name}: Keras quantizes for "
-            "float32 or bfloat16 compute; expected precision.policy float32 or mixed_bfloat16"
+            f"train.base_weights: {mode} under {policy.name}: Keras quantizes for float32 or bfloat16 compute; "
+            "expected precision.policy float32 or mixed_bfloat16"
         )
+    if mode not in QUANTIZED:
+        load = policy.compute_dtype if mode == "compute" else dtype  # a variable's dtype is fixed when made
+        backbone = load_backbone(family, path, dtype=load, **options)
+        if mode == "compute":  # built in the compute dtype; the adapters to come in the run's policy
+            for layer in _projections(backbone, family):
+                layer.dtype_policy = policy
+        return backbone
+    placements = []
+
+    def placement(backbone):
+        placements.append(Placement(backbone, family, mode, policy))
+        return placements[-1]
+
+    with _collecting_once():
+        backbone = load_backbone(family, path, place=placement, dtype=PLACEHOLDER_DTYPE, **options)
+        placements[-1].finish()
+    gc.collect()
+    return backbone
+
+
+class Placement:
+    """Puts each weight the converter reads into `backbone` (built in bfloat16 placeholders):
+    the placeholder dropped, a variable of the run's policy made for the value, and a
+    projection's kernel quantized from it at once; `finish` (once the converter is done)
+    converts what the file did not hold and puts every layer under the run's policy."""
+
+    def __init__(self, backbone, family, mode, policy):
+        self.backbone, self.mode, self.policy = backbone, mode, policy
+        self.owners = {}  # id(variable) -> [(layer, attribute)]
+        for layer in backbone._flatten_layers(include_self=True):
+            for attribute, value in vars(layer).items():
+                if isinstance(value, keras.Variable) and "float" in value.dtype:
+                    self.owners.setdefault(id(value), []).append((layer, attribute))
+        self.kernels = {id(layer._kernel) for layer in _projections(backbone, family)}
+
+    def __call__(self, variable, value):
+        owners = self.owners.pop(id(variable), None)
+        if owners is None:
+            raise ValueError(f"{variable.path}: the converter gave this weight twice, or it is not the backbone's")
+        self._place(owners, value, quantize=id(variable) in self.kernels)
+
+    def _place(self, owners, value, quantize=False):
+        new = None
+        for layer, attribute in owners:  # one variable, however many layers hold it
+            if layer.dtype_policy.name == PLACEHOLDER_DTYPE:  # not one keras-hub sets (float32 norms)
+                layer.dtype_policy = self.policy
+            old = getattr(layer, attribute)
+            delattr(layer, attribute)  # Keras untracks it
+            locked = layer._tracker.locked  # a built layer's; unlocked as Keras' own quantize does
+            layer._tracker.unlock()
+            try:
+                if new is None:  # made from the value
+                    new = layer.add_weight(name=old.name, shape=value.shape, dtype=layer.variable_dtype,
+                                           initializer=_holding(value), trainable=old.trainable)  # fmt: skip
+                setattr(layer, attribute, new)
+            finally:
+                if locked:
+                    layer._tracker.lock()
+            if quantize:
+                _quantize(layer, self.mode)
+
+    def finish(self):
+        for owners in list(self.owners.values()):  # none in the families' files: their initial values
+            layer, attribute = owners[0]
+            self._place(owners, np.asarray(getattr(layer, attribute).numpy()))
+        self.owners = {}
+        for layer in self.backbone._flatten_layers(include_self=True):
+            if layer.dtype_policy.name == PLACEHOLDER_DTYPE:
+                layer.dtype_policy = self.policy
+
+
+def _holding(value):
+    """An initializer giving `value` (a variable made from it: one copy, not zeros and another)."""
+    return lambda shape, dtype: keras.ops.convert_to_tensor(value, dtype)
+
+
+def _quantize(layer, mode):
     from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
 
-    for layer in projection_layers(model):
-        layer.float_kernel_shape = tuple(layer._kernel.shape)
-        if mode == "int8":
-            layer.quantize("int8", config=Int8QuantizationConfig(activation_quantizer=None))
-        else:
-            layer.quantize("int4", config=Int4QuantizationConfig())  # groups of 128 inputs, Keras' default
+    layer.float_kernel_shape = tuple(layer._kernel.shape)  # for computed_kernel
+    if mode == "int8":
+        layer.quantize("int8", config=Int8QuantizationConfig(activation_quantizer=None))
+    else:
+        layer.quantize("int4", config=Int4QuantizationConfig())  # groups of 128 inputs, Keras' default
+
+
+@contextlib.contextmanager
+def _collecting_once():
+    """Keras collects garbage each time a layer drops a variable (`Layer.__delattr__`): with
+    TensorFlow's objects alive a quarter of a second, 50 s for SmolLM2's 210 kernels. The
+    placement drops one a weight and collects once, at its end."""
+    collect = gc.collect
+    gc.collect = lambda generation=2: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+
+
+def _projections(backbone, family):
+    return block_layers(backbone.transformer_layers, family.projections, list(family.projections))
 
 
 def projection_layers(model):

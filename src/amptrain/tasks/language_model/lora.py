@@ -77,11 +77,16 @@ def lora_targets(text, known=LORA_PROJECTIONS):
 
 def target_layers(model, names):
     """The sub-layers `names` stand for in each decoder layer of `model`."""
+    return block_layers(model.blocks, model.family.projections, names)
+
+
+def block_layers(blocks, projections, names):
+    """The sub-layers `names` stand for in each of `blocks` (`projections`: the family's map)."""
     found = []
-    for block in model.blocks:
+    for block in blocks:
         for name in names:
             layer = block
-            for attribute in model.family.projections[name].split("."):
+            for attribute in projections[name].split("."):
                 layer = getattr(layer, attribute)
             found.append(layer)
     return found

@@ -3,6 +3,7 @@ the surface of `model.LanguageModel`, so the task trains, scores, generates and 
 the same way.
 
     model = PretrainedLanguageModel(checkpoint, max_length=256, dropout=0.0, dtype="mixed_bfloat16")
+    model = PretrainedLanguageModel(checkpoint, 256, 0.0, "mixed_bfloat16", base_weights="int8")  # LoRA's base
     loss = model({"token_ids": ..., "segment_ids": ..., "positions": ..., "labels": ...}, training=True)
     logits, caches = model.step(token_ids, index, model.empty_caches(batch, length))
 
@@ -20,8 +21,8 @@ or the untied output layer.
 import keras
 from keras import ops
 
-from amptrain.models.families.loading import load_backbone
 from amptrain.models.islands import float32_island
+from amptrain.tasks.language_model.base_weights import load_base
 from amptrain.tasks.language_model.families import decoding, family_of
 from amptrain.tasks.language_model.model import TiedLogits
 
@@ -29,13 +30,14 @@ BACKBONE_NAME = "pretrained_decoder"
 
 
 class PretrainedLanguageModel(keras.Model):
-    def __init__(self, checkpoint, max_length, dropout, dtype, **kwargs):
+    def __init__(self, checkpoint, max_length, dropout, dtype, base_weights="float32", **kwargs):
         kwargs.setdefault("name", "pretrained_language_model")
         super().__init__(**kwargs)
         self.family = family_of(checkpoint)
         self.max_length = max_length
         self.layers_dtype = keras.dtype_policies.get(dtype).name
-        self.backbone = load_backbone(self.family, checkpoint.path, dtype=dtype, dropout=dropout, name=BACKBONE_NAME)
+        options = {"dropout": dropout, "name": BACKBONE_NAME}
+        self.backbone = load_base(self.family, checkpoint.path, base_weights, dtype, **options)
         if self.family.model_type == "gpt2":
             from amptrain.models.pretrained import Float32Softmax
 

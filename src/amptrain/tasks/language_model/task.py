@@ -282,13 +282,10 @@ class LanguageModelTask(Task):
 
         d = self.config.data
         if self.checkpoint is not None:
-            from amptrain.tasks.language_model.base_weights import hold_base, load_dtype
             from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
             held = self.config.train.base_weights
-            model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout,
-                                            load_dtype(held, dtype))  # fmt: skip
-            hold_base(model, held, dtype)
+            model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout, dtype, held)
             model.base_weights = getattr(self, "base_weights", "") + ("" if held == "float32" else f" {held}")
             lora.apply_lora(model, self.config.train)
             return model
