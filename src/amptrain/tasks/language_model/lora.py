@@ -1,7 +1,8 @@
 """Low-rank adapters on a pretrained language model (`train.lora_rank`, `lora_alpha`,
 `lora_targets`): every pretrained weight frozen, and each targeted projection of each
-decoder layer given Keras' LoRA (`enable_lora`: kernel + (alpha / rank) A B, A and B
-trained in float32), so the optimizer holds slots for the adapters alone.
+decoder layer given Keras' LoRA (`enable_lora`: A and B trained in float32, computed as
+x K + (alpha / rank) (x A) B: `projections.py`), so the optimizer holds slots for the adapters
+alone.
 
     apply_lora(model, config.train)      # after the weights are loaded
     adapters(model)                      # the A and B variables, what a checkpoint holds
@@ -103,6 +104,9 @@ def apply_lora(model, train_config):
     alpha = train_config.lora_alpha or rank
     for layer in layers:
         layer.enable_lora(rank, lora_alpha=alpha)
+    from amptrain.tasks.language_model.projections import lean_projections
+
+    lean_projections(target_layers(model, list(model.family.projections)))  # every frozen one
     model.lora = {"rank": rank, "alpha": alpha, "targets": train_config.lora_targets}
 
 
@@ -113,7 +117,11 @@ def adapters(model):
 
 def merge_lora(model):
     """Each adapted kernel set to kernel + (alpha / rank) A B and its adapter turned off: the
-    model computes what it computed, from plain weights (what an export holds)."""
+    model computes what it computed, from plain weights, through Keras' own layers (what an
+    export holds)."""
+    from amptrain.tasks.language_model.projections import keras_projections
+
+    keras_projections(model._flatten_layers(include_self=False))
     for layer in model._flatten_layers(include_self=False):
         if getattr(layer, "lora_enabled", False):
             merged = layer._kernel.numpy() + (layer.lora_alpha / layer.lora_rank) * np.tensordot(
