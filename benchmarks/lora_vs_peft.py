@@ -2,13 +2,16 @@
 (`benchmarks/peers/peft_step.py`, in `.venv-hf`: `make venv-hf`) at the same shape, in one
 run, both pinned to the same two cores.
 
-    .venv/bin/python benchmarks/lora_vs_peft.py [--rounds 2] [--steps 40] [--peer-steps 15]
+    .venv/bin/python benchmarks/lora_vs_peft.py [--rounds 2] [--steps 40] [--peer-steps 15] [--shape chat]
         [--folder pretrained/SmolLM2-135M-Instruct] [--cores 0,1] [--set SECTION.KEY=VALUE]...
 
 The shape of the speed target: the language-model task on the bundled corpus (`data/lm-kjv`),
 blocks of 128, batch 8, rank 8 on query and value, `mixed_bfloat16`, XLA off, the default base
 weights (float32); the peer: the same folder, rank 8 on q_proj and v_proj, bf16 autocast, 2
-threads, batches of 8 × 128 from the same text. Rounds alternate the two (peer, amptrain,
+threads, batches of 8 × 128 from the same text. `--shape chat`: the chat config's shape
+(configs/chat-smollm2-en-es.toml: blocks of 256, rank 16 on all seven projections) on the same
+plain text, both sides (a step costs what it costs whichever tokens carry the loss; the peer
+reads plain text only). Rounds alternate the two (peer, amptrain,
 peer, amptrain, ...), so a load that comes and goes falls on both.
 
 amptrain's tokens/s: the median of its `train` records after the first (which holds the
@@ -33,7 +36,7 @@ CONFIG = """task = "language_model"
 [data]
 train = "{root}/data/lm-kjv/train.txt"
 dev = "{dev}"
-max_length = 128
+max_length = {length}
 
 [model]
 pretrained = "{folder}"
@@ -55,9 +58,14 @@ weight_decay = 0.0
 log_every = 10
 eval_every = 100000
 checkpoint_every = 100000
-lora_rank = 8
-lora_targets = "query,value"
+lora_rank = {rank}
+lora_targets = "{targets}"
 """
+# --shape: (positions a block, rank, amptrain's targets, the peer's)
+SHAPES = {
+    "target": (128, 8, "query,value", "q_proj,v_proj"),
+    "chat": (256, 16, "query,key,value,output,gate,up,down", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
+}
 
 
 def amptrain_round(work, args, index):
@@ -84,8 +92,9 @@ def peer_round(args):
         sys.exit("the peer runs in .venv-hf: make venv-hf")
     script = os.path.join(ROOT, "benchmarks", "peers", "peft_step.py")
     text = os.path.join(ROOT, "data", "lm-kjv", "train.txt")
-    command = ["taskset", "-c", args.cores, python, script, args.folder, text, "8", "128", str(args.peer_steps)]
-    done = subprocess.run(command + ["bfloat16", "8"], capture_output=True, text=True)
+    length, rank, _, targets = SHAPES[args.shape]
+    command = ["taskset", "-c", args.cores, python, script, args.folder, text, "8", str(length), str(args.peer_steps)]
+    done = subprocess.run(command + ["bfloat16", str(rank), targets], capture_output=True, text=True)
     found = re.search(r"([\d.]+) tokens/s.*peak RSS (\d+) MiB", done.stdout)
     if done.returncode or not found:
         sys.exit(f"the peer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
@@ -99,6 +108,9 @@ def main():
     parser.add_argument("--peer-steps", type=int, default=15, help="the peer's timed steps a round")
     parser.add_argument("--folder", default=os.path.join(ROOT, "pretrained", "SmolLM2-135M-Instruct"))
     parser.add_argument("--cores", default="0,1")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="target", help="the speed target's or the chat config's"
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="an override of amptrain's run")
     args = parser.parse_args()
     if not os.path.isdir(args.folder):
@@ -109,7 +121,9 @@ def main():
         with open(os.path.join(ROOT, "data", "lm-kjv", "dev.txt"), "rb") as f, open(dev, "wb") as out:
             out.write(f.read(20000))
         with open(os.path.join(work, "smol.toml"), "w", encoding="utf-8") as f:
-            f.write(CONFIG.format(root=ROOT, dev=dev, folder=args.folder, steps=args.steps))
+            length, rank, targets, _ = SHAPES[args.shape]
+            config = dict(root=ROOT, dev=dev, folder=args.folder, steps=args.steps, length=length, rank=rank)
+            f.write(CONFIG.format(**config, targets=targets))
         for index in range(args.rounds):
             for name in ("peft", "amptrain"):
                 rows[name].append(peer_round(args) if name == "peft" else amptrain_round(work, args, index))

@@ -52,12 +52,13 @@ class LeanEinsumDense(_Lean, keras.layers.EinsumDense):
 
 
 def _frozen_product(layer, inputs):
-    # The kernel in the compute dtype (Keras' autocast) for the forward product only, read once
-    # the input is there: a read nothing waits for runs when the step starts (TensorFlow's
-    # executor runs what is ready), and every layer's cast would be alive at once. A tensor,
-    # not the variable: a variable read inside a custom gradient's function asks it for a gradient.
-    with tf.control_dependencies([inputs]):
-        kernel = tf.convert_to_tensor(layer._kernel.value)
+    # The kernel in the compute dtype (Keras' autocast) for the forward product only. A read
+    # nothing waits for runs when the step starts (TensorFlow's executor runs what is ready):
+    # the forward's casts are all made then and freed as the forward pass uses them, before
+    # the backward pass, whose own casts wait for its gradients (below); waiting for the input
+    # here too saved no peak and made the forward pass wait. A tensor, not the variable: a
+    # variable read inside a custom gradient's function asks it for a gradient.
+    kernel = tf.convert_to_tensor(layer._kernel.value)
     dtype = layer.compute_dtype
 
     @ops.custom_gradient
