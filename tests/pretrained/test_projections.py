@@ -19,15 +19,15 @@ from amptrain.tasks.language_model.projections import (
 )
 
 
-def pair(kind, policy):
-    """(Keras' layer, the same weights in the lean one), built on (2, 3, 8) inputs."""
+def pair(kind, policy, inputs=8):
+    """(Keras' layer, the same weights in the lean one), built on (2, 3, inputs) inputs."""
     made = []
     for _ in range(2):
         if kind == "dense":
             layer = keras.layers.Dense(6, use_bias=True, dtype=policy)
         else:
             layer = keras.layers.EinsumDense("bte,enh->btnh", (None, 2, 3), bias_axes="nh", dtype=policy)
-        layer.build((2, 3, 8))
+        layer.build((2, 3, inputs))
         made.append(layer)
     keras_layer, lean = made
     rng = np.random.RandomState(0)
@@ -68,6 +68,27 @@ def test_a_frozen_projection_computes_what_keras_does(kind, policy):
     tolerance = 1e-5 if policy == "float32" else 3e-2  # the merged kernel is rounded to bfloat16 whole
     for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
         assert a.shape == b.shape and np.abs(a - b).max() <= tolerance * max(np.abs(b).max(), 1)
+
+
+@pytest.mark.parametrize("kind", ["dense", "einsum"])
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_a_quantized_projection_computes_what_keras_does(kind, mode):
+    """Keras' int8 Dense scales the product, the lean call the kernel: the same to rounding."""
+    from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
+
+    ours, theirs = pair(kind, "float32", inputs=256 if mode == "int4" else 8)  # int4: groups of 128 inputs
+    x = tf.constant(np.random.RandomState(1).normal(0, 1, (2, 3, ours._kernel.shape[0])), "float32")
+    config = Int8QuantizationConfig(activation_quantizer=None) if mode == "int8" else Int4QuantizationConfig()
+    for layer in (ours, theirs):
+        layer.quantize(mode, config=config)
+        layer.enable_lora(2, lora_alpha=4)
+        for v in (layer.lora_kernel_a, layer.lora_kernel_b):
+            v.assign(np.random.RandomState(2).normal(0, 0.5, v.shape).astype(np.float32))
+        for v in layer.weights:
+            v.trainable = "lora" in v.path
+    assert lean_projections([ours]) == 1
+    for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1)
 
 
 def test_the_input_gradient_equation():

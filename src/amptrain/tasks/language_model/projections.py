@@ -1,18 +1,21 @@
-"""The call of a LoRA run's frozen float projections: x K + (alpha / rank) (x A) B, the
-adapters never merged into the kernel, and the kernel's compute-dtype copy not kept for the
-backward pass (read from its variable again there): what Keras' own int8 and int4 layers
-compute, and PEFT.
+"""The call of a LoRA run's frozen projections (float, int8, int4): x K + (alpha / rank) (x A) B,
+the adapters never merged into the kernel, and the kernel's compute-dtype copy not kept for
+the backward pass (made from its variable again there), as PEFT computes.
 
-    lean_projections(model.blocks, family.projections)   # after the adapters are on (lora.py)
+    lean_projections(layers)    # after the adapters are on (lora.py)
+    keras_projections(layers)   # Keras' own classes back (the export's merge)
 
 Keras' float Dense and EinsumDense with LoRA multiply by the merged kernel K + (alpha/rank) A B:
 each step makes that kernel and its cast, keeps the cast for the backward pass, and computes
 the merged kernel's whole gradient (a product as costly as the forward one) to reach A and B.
 A frozen projection without adapters kept its kernel's cast from the forward pass to the
 backward one too. Here the input's gradient is dy K^T from a fresh cast, and A and B get
-theirs through the two small products alone. A quantized projection keeps Keras' call
-(already so); a layer of another class, or an equation whose input gradient is not one
-einsum, is left as it is.
+theirs through the two small products alone. Keras' int8 and int4 calls leave the adapters
+unmerged, but dequantize the kernel for the backward pass from the forward pass's reads:
+TensorFlow runs that as soon as it can, and every layer's dequantized kernel is alive from
+the forward pass to the backward one. Here they are dequantized (as Keras does) once the
+backward pass reaches them. A layer of another class or quantization, or an equation whose
+input gradient is not one einsum, is left as it is.
 """
 
 import keras
@@ -21,7 +24,11 @@ from keras import ops
 
 
 class _Lean:
-    """The call of a frozen projection (a Dense or an EinsumDense, `_product` and `_backward`)."""
+    """The call of a frozen projection (a Dense or an EinsumDense, `_product` and `_backward`),
+    its kernel float or quantized (Keras sends a quantized layer's call to `quantized_call`)."""
+
+    def quantized_call(self, inputs, training=None):
+        return self.call(inputs, training=training)
 
     def call(self, inputs, training=None):
         x = _frozen_product(self, inputs)
@@ -58,8 +65,7 @@ def _frozen_product(layer, inputs):
     # the backward pass, whose own casts wait for its gradients (below); waiting for the input
     # here too saved no peak and made the forward pass wait. A tensor, not the variable: a
     # variable read inside a custom gradient's function asks it for a gradient.
-    kernel = tf.convert_to_tensor(layer._kernel.value)
-    dtype = layer.compute_dtype
+    kernel = frozen_kernel(layer)
 
     @ops.custom_gradient
     def product(x):
@@ -67,12 +73,36 @@ def _frozen_product(layer, inputs):
             if upstream is None:
                 (upstream,) = args
             with tf.control_dependencies([upstream]):  # read again when the backward pass is here
-                again = ops.cast(layer._kernel, dtype)
+                again = frozen_kernel(layer)
             return layer._backward(upstream, again)
 
         return layer._product(x, kernel), gradient
 
     return product(inputs)
+
+
+def frozen_kernel(layer):
+    """The kernel `layer` multiplies by, in its compute dtype: a float kernel cast (a tensor, not
+    the variable), a quantized one dequantized as Keras' int8 and int4 calls do."""
+    mode = getattr(layer, "quantization_mode", None)
+    dtype = layer.compute_dtype
+    if mode is None:
+        return ops.cast(tf.convert_to_tensor(layer._kernel.value), dtype)
+    einsum = isinstance(layer, keras.layers.EinsumDense)
+    if mode == "int8":
+        scale = layer._adjust_scale_for_dequant(layer.kernel_scale) if einsum else layer.kernel_scale
+        return ops.divide(ops.cast(layer._kernel, dtype), scale)
+    from keras.quantizers import unpack_int4
+    from keras.src.quantizers.quantizers import dequantize_with_sz_map
+
+    columns = layer._int4_unpacked_column_size if einsum else layer._orig_output_dim
+    unpacked = unpack_int4(layer._kernel, columns, axis=-1, dtype="int8")
+    if getattr(layer, "_int4_block_size", None) in (None, -1):  # a scale an output channel
+        kernel = ops.divide(ops.cast(unpacked, dtype), layer.kernel_scale)
+    else:  # a scale and a zero point a group of inputs
+        grouped = dequantize_with_sz_map(unpacked, layer.kernel_scale, layer.kernel_zero, layer.g_idx, group_axis=0)
+        kernel = ops.cast(grouped, dtype)
+    return ops.reshape(kernel, layer.original_kernel_shape) if einsum else kernel
 
 
 def input_gradient_equation(equation):
@@ -91,13 +121,16 @@ LEAN = {keras.layers.Dense: LeanDense, keras.layers.EinsumDense: LeanEinsumDense
 
 
 def lean_projections(layers):
-    """Each of `layers` whose kernel is frozen and float, of Keras' own Dense or EinsumDense,
-    given the lean call (its class swapped for the subclass; its weights untouched). Returns
+    """Each of `layers` whose kernel is frozen (float, int8 or int4), of Keras' own Dense or
+    EinsumDense, given the lean call (its class swapped for the subclass; its weights untouched). Returns
     how many were."""
     swapped = 0
     for layer in layers:
         lean = LEAN.get(type(layer))
-        if lean is None or getattr(layer, "quantization_mode", None) is not None or layer._kernel.trainable:
+        mode = getattr(layer, "quantization_mode", None)
+        if lean is None or mode not in (None, "int8", "int4") or layer._kernel.trainable:
+            continue
+        if getattr(layer, "inputs_quantizer", None) is not None:  # int8 activations too: Keras' call
             continue
         if lean is LeanEinsumDense and input_gradient_equation(layer.equation) is None:
             continue
