@@ -1,4 +1,4 @@
-"""The call of a LoRA run's frozen projections (float, int8, int4): x K + (alpha / rank) (x A) B,
+"""The call of a LoRA run's frozen projections (float or int8): x K + (alpha / rank) (x A) B,
 the adapters never merged into the kernel, and the kernel's compute-dtype copy not kept for
 the backward pass (made from its variable again there), as PEFT computes.
 
@@ -10,12 +10,12 @@ each step makes that kernel and its cast, keeps the cast for the backward pass, 
 the merged kernel's whole gradient (a product as costly as the forward one) to reach A and B.
 A frozen projection without adapters kept its kernel's cast from the forward pass to the
 backward one too. Here the input's gradient is dy K^T from a fresh cast, and A and B get
-theirs through the two small products alone. Keras' int8 and int4 calls leave the adapters
-unmerged, but dequantize the kernel for the backward pass from the forward pass's reads:
-TensorFlow runs that as soon as it can, and every layer's dequantized kernel is alive from
-the forward pass to the backward one. Here they are dequantized (as Keras does) once the
-backward pass reaches them. A layer of another class or quantization, or an equation whose
-input gradient is not one einsum, is left as it is.
+theirs through the two small products alone. Keras' int8 call leaves the adapters unmerged,
+but dequantizes the kernel for the backward pass from the forward pass's reads, which
+TensorFlow may run as soon as it can; here it is dequantized once the backward pass reaches
+the layer. Keras' int4 call is kept: dequantizing its groups again in the backward pass saved
+47 MiB of a SmolLM2 run's peak and cost 17% of its speed. A layer of another class or
+quantization, or an equation whose input gradient is not one einsum, is left as it is.
 """
 
 import keras
@@ -83,26 +83,15 @@ def _frozen_product(layer, inputs):
 
 def frozen_kernel(layer):
     """The kernel `layer` multiplies by, in its compute dtype: a float kernel cast (a tensor, not
-    the variable), a quantized one dequantized as Keras' int8 and int4 calls do."""
+    the variable), an int8 one dequantized as Keras' int8 call does."""
     mode = getattr(layer, "quantization_mode", None)
     dtype = layer.compute_dtype
     if mode is None:
         return ops.cast(tf.convert_to_tensor(layer._kernel.value), dtype)
-    einsum = isinstance(layer, keras.layers.EinsumDense)
-    if mode == "int8":
-        scale = layer._adjust_scale_for_dequant(layer.kernel_scale) if einsum else layer.kernel_scale
-        return ops.divide(ops.cast(layer._kernel, dtype), scale)
-    from keras.quantizers import unpack_int4
-    from keras.src.quantizers.quantizers import dequantize_with_sz_map
-
-    columns = layer._int4_unpacked_column_size if einsum else layer._orig_output_dim
-    unpacked = unpack_int4(layer._kernel, columns, axis=-1, dtype="int8")
-    if getattr(layer, "_int4_block_size", None) in (None, -1):  # a scale an output channel
-        kernel = ops.divide(ops.cast(unpacked, dtype), layer.kernel_scale)
-    else:  # a scale and a zero point a group of inputs
-        grouped = dequantize_with_sz_map(unpacked, layer.kernel_scale, layer.kernel_zero, layer.g_idx, group_axis=0)
-        kernel = ops.cast(grouped, dtype)
-    return ops.reshape(kernel, layer.original_kernel_shape) if einsum else kernel
+    scale = ops.cast(layer.kernel_scale, dtype)  # int8: in the compute dtype, as Keras' call reads it
+    if isinstance(layer, keras.layers.EinsumDense):
+        scale = layer._adjust_scale_for_dequant(scale)
+    return ops.divide(ops.cast(layer._kernel, dtype), scale)
 
 
 def input_gradient_equation(equation):
@@ -121,14 +110,14 @@ LEAN = {keras.layers.Dense: LeanDense, keras.layers.EinsumDense: LeanEinsumDense
 
 
 def lean_projections(layers):
-    """Each of `layers` whose kernel is frozen (float, int8 or int4), of Keras' own Dense or
+    """Each of `layers` whose kernel is frozen (float or int8), of Keras' own Dense or
     EinsumDense, given the lean call (its class swapped for the subclass; its weights untouched). Returns
     how many were."""
     swapped = 0
     for layer in layers:
         lean = LEAN.get(type(layer))
         mode = getattr(layer, "quantization_mode", None)
-        if lean is None or mode not in (None, "int8", "int4") or layer._kernel.trainable:
+        if lean is None or mode not in (None, "int8") or layer._kernel.trainable:
             continue
         if getattr(layer, "inputs_quantizer", None) is not None:  # int8 activations too: Keras' call
             continue
