@@ -24,6 +24,10 @@ def features(length=12):
     return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "positions": np.tile(np.arange(length), (2, 1))}
 
 
+# the other families' converters and layers (GPT-2's fused attention, Qwen2's biases, Gemma's norms)
+SLOW_PLACEMENTS = [("int4", "llama3"), ("int8", "gpt2"), ("int8", "qwen2"), ("int4", "gemma")]
+
+
 def randomized_adapters(model):
     rng = np.random.RandomState(1)
     for variable in adapters(model):
@@ -56,8 +60,11 @@ def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_p
     assert generation.continuation(cached, 5, task.eod_id).tolist() == reference.tolist()
 
 
-@pytest.mark.parametrize("mode", ["int8", pytest.param("int4", marks=pytest.mark.slow)])
-def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mode):
+@pytest.mark.parametrize(
+    "mode, family",
+    [("int8", "llama3")] + [pytest.param(m, f, marks=pytest.mark.slow) for m, f in SLOW_PLACEMENTS],
+)
+def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mode, family):
     """Placed weight by weight from the file into bfloat16 placeholders, the base holds what
     Keras' quantization of the whole float32 model holds: the same variables, bit for bit."""
     from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
@@ -65,7 +72,7 @@ def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mod
     from amptrain.config.pretrained import read_checkpoint
     from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
-    checkpoint = read_checkpoint(folder("llama3"))
+    checkpoint = read_checkpoint(folder(family))
     placed = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16", base_weights=mode)
     whole = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16")
     config = Int8QuantizationConfig(activation_quantizer=None) if mode == "int8" else Int4QuantizationConfig()
