@@ -1,7 +1,7 @@
 """keras-hub's Hugging Face conversion, taking the weights as `transformers` saves them.
 
     encoder = load_backbone(family, "tests/pretrained/tiny-roberta", dtype="float32", dropout=0.0, name="enc")
-    backbone = load_backbone(family, path, place=placement, dtype="bfloat16", name="dec")
+    backbone = load_backbone(family, path, place=placement.start, dtype="bfloat16", name="dec")
 
 keras-hub's converters name RoBERTa's, DistilBERT's and ALBERT's weights as a task model
 saves them (`roberta.embeddings...`) and find a prefix only when the file has one more
@@ -42,7 +42,7 @@ def load_backbone(family, path, place=None, **kwargs):
     encoder = backbone.from_preset(path, load_weights=False, **kwargs, **family.backbone_arguments(config))
     converter = importlib.import_module(f"keras_hub.src.utils.transformers.{family.converter}")
     with _loader()(path) as loader:
-        loader.place = place(encoder) if place else None
+        loader.place = place(encoder) if place else _assign
         converter.convert_weights(encoder, loader, config)
     return encoder
 
@@ -72,13 +72,16 @@ class SafetensorsFile:
 
             dtype = ml_dtypes.bfloat16
         array = np.empty(entry["shape"], np.dtype(dtype).newbyteorder("<"))
-        view = memoryview(array.reshape(-1).view(np.uint8))
         if array.nbytes != end - begin:
             raise ValueError(f"{self.path}: tensor {key}: {end - begin} bytes for shape {entry['shape']}")
         self.file.seek(self.start + begin)
-        if self.file.readinto(view) != array.nbytes:
+        if self.file.readinto(memoryview(array.reshape(-1).view(np.uint8))) != array.nbytes:
             raise ValueError(f"{self.path}: tensor {key}: the file ends before its {array.nbytes} bytes")
         return array
+
+
+def _assign(variable, value):
+    variable.assign(value)
 
 
 def _loader():
@@ -86,8 +89,6 @@ def _loader():
     from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
 
     class Loader(SafetensorLoader):
-        place = None
-
         def get_prefixed_key(self, hf_weight_key, dict_like):
             key = super().get_prefixed_key(hf_weight_key, dict_like)
             head, _, rest = hf_weight_key.partition(".")
@@ -108,9 +109,7 @@ def _loader():
             file = self.safetensor_files[fname]
             return file.get_tensor(self.get_prefixed_key(hf_weight_key, file))
 
-        def port_weight(self, keras_variable, hf_weight_key, hook_fn=None):
-            if self.place is None:
-                return super().port_weight(keras_variable, hf_weight_key, hook_fn)
+        def port_weight(self, keras_variable, hf_weight_key, hook_fn=None):  # keras-hub's, stored by `place`
             tensor = self.get_tensor(hf_weight_key)
             if hook_fn:
                 tensor = hook_fn(tensor, list(keras_variable.shape))

@@ -29,7 +29,7 @@ import keras
 import numpy as np
 
 from amptrain.models.families.loading import load_backbone
-from amptrain.tasks.language_model.lora import block_layers, target_layers
+from amptrain.tasks.language_model.lora import every_projection
 
 QUANTIZED = ("int8", "int4")
 PLACEHOLDER_DTYPE = "bfloat16"  # what a quantized base is built in, before its weights replace it
@@ -50,36 +50,37 @@ def load_base(family, path, mode, dtype, **options):
         load = policy.compute_dtype if mode == "compute" else dtype  # a variable's dtype is fixed when made
         backbone = load_backbone(family, path, dtype=load, **options)
         if mode == "compute":  # built in the compute dtype; the adapters to come in the run's policy
-            for layer in _projections(backbone, family):
+            for layer in every_projection(backbone.transformer_layers, family):
                 layer.dtype_policy = policy
         return backbone
-    placements = []
-
-    def placement(backbone):
-        placements.append(Placement(backbone, family, mode, policy))
-        return placements[-1]
-
+    placement = Placement(family, mode, policy)
     with _collecting_once():
-        backbone = load_backbone(family, path, place=placement, dtype=PLACEHOLDER_DTYPE, **options)
-        placements[-1].finish()
+        backbone = load_backbone(family, path, place=placement.start, dtype=PLACEHOLDER_DTYPE, **options)
+        placement.finish()
     gc.collect()
     return backbone
 
 
 class Placement:
-    """Puts each weight the converter reads into `backbone` (built in bfloat16 placeholders):
+    """Puts each weight the converter reads into the backbone (built in bfloat16 placeholders,
+    given by `start`):
     the placeholder dropped, a variable of the run's policy made for the value, and a
     projection's kernel quantized from it at once; `finish` (once the converter is done)
     converts what the file did not hold and puts every layer under the run's policy."""
 
-    def __init__(self, backbone, family, mode, policy):
-        self.backbone, self.mode, self.policy = backbone, mode, policy
+    def __init__(self, family, mode, policy):
+        self.family, self.mode, self.policy = family, mode, policy
+
+    def start(self, backbone):
+        """Takes the built `backbone`'s placeholders; returns the function that places a weight."""
+        self.backbone = backbone
         self.owners = {}  # id(variable) -> [(layer, attribute)]
         for layer in backbone._flatten_layers(include_self=True):
             for attribute, value in vars(layer).items():
                 if isinstance(value, keras.Variable) and "float" in value.dtype:
                     self.owners.setdefault(id(value), []).append((layer, attribute))
-        self.kernels = {id(layer._kernel) for layer in _projections(backbone, family)}
+        self.kernels = {id(layer._kernel) for layer in every_projection(backbone.transformer_layers, self.family)}
+        return self
 
     def __call__(self, variable, value):
         owners = self.owners.pop(id(variable), None)
@@ -145,13 +146,9 @@ def _collecting_once():
         gc.collect = collect
 
 
-def _projections(backbone, family):
-    return block_layers(backbone.transformer_layers, family.projections, list(family.projections))
-
-
 def projection_layers(model):
     """Every projection of every decoder layer (the family's seven names)."""
-    return target_layers(model, list(model.family.projections))
+    return every_projection(model.blocks, model.family)
 
 
 def is_quantized(layer):

@@ -81,6 +81,11 @@ def target_layers(model, names):
     return block_layers(model.blocks, model.family.projections, names)
 
 
+def every_projection(blocks, family):
+    """Every projection (the family's seven names) of each of `blocks`."""
+    return block_layers(blocks, family.projections, list(family.projections))
+
+
 def block_layers(blocks, projections, names):
     """The sub-layers `names` stand for in each of `blocks` (`projections`: the family's map)."""
     found = []
@@ -106,7 +111,7 @@ def apply_lora(model, train_config):
         layer.enable_lora(rank, lora_alpha=alpha)
     from amptrain.tasks.language_model.projections import lean_projections
 
-    lean_projections(target_layers(model, list(model.family.projections)))  # every frozen one
+    lean_projections(every_projection(model.blocks, model.family))  # every frozen one
     model.lora = {"rank": rank, "alpha": alpha, "targets": train_config.lora_targets}
 
 
