@@ -65,7 +65,7 @@ def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_p
     [("int8", "llama3")] + [pytest.param(m, f, marks=pytest.mark.slow) for m, f in SLOW_PLACEMENTS],
 )
 def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mode, family):
-    """Placed weight by weight from the file into bfloat16 placeholders, the base holds what
+    """Placed weight by weight from the file into a backbone of deferred variables, the base holds what
     Keras' quantization of the whole float32 model holds: the same variables, bit for bit."""
     from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
 
@@ -85,6 +85,30 @@ def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mod
         layer.dtype_policy.name for layer in whole.backbone._flatten_layers()
     }
     assert np.array_equal(placed(features()).numpy(), whole(features()).numpy())
+
+
+def test_a_placed_base_holds_no_float_weight_until_it_is_read():
+    """The backbone a placement takes has its float variables deferred (a shape and an
+    initializer: no memory), its dropout's seed state made; Keras is left no deferred variable
+    to allocate later, and a quantized base with dropout trains."""
+    from keras.src.backend.common import global_state
+
+    from amptrain.config.pretrained import read_checkpoint
+    from amptrain.models.families.loading import load_backbone
+    from amptrain.tasks.language_model.families import family_of
+    from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
+
+    checkpoint, seen = read_checkpoint(folder("llama3")), {}
+
+    def place(backbone):
+        seen["deferred"] = {v._value is None for v in backbone.weights if "float" in v.dtype}
+        return lambda variable, value: seen.setdefault("read", []).append(variable.path)
+
+    load_backbone(family_of(checkpoint), checkpoint.path, place=place, dtype="bfloat16", dropout=0.1)
+    assert seen["deferred"] == {True} and len(seen["read"]) > 10
+    assert global_state.get_global_attribute("uninitialized_variables", []) == []
+    model = PretrainedLanguageModel(checkpoint, 16, 0.1, "mixed_bfloat16", base_weights="int8")
+    assert not np.array_equal(model(features(), training=True).numpy(), model(features(), training=True).numpy())
 
 
 def test_the_compute_dtype_base_is_bfloat16_under_its_adapters(tmp_path):

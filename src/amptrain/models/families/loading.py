@@ -13,9 +13,12 @@ The tensors are read from the file into memory one at a time, not through a memo
 (keras-hub's `safe_open`): a mapped file's pages count in the process's resident set while it
 is open, the whole file once every tensor has been read. `place(backbone)` gives the function
 that puts each converted tensor into its variable (by default `variable.assign`): how a
-quantized base takes its weights without being held whole in float32 first.
+quantized base takes its weights without being held whole in float32 first: the backbone is
+then built with its float variables deferred (Keras' own deferred initialization, a
+`StatelessScope`: a shape and an initializer, no memory), and `place` makes each one.
 """
 
+import contextlib
 import importlib
 import json
 import os
@@ -33,13 +36,15 @@ SAFETENSORS_DTYPES = {
 def load_backbone(family, path, place=None, **kwargs):
     """The family's keras-hub backbone built from the folder's config.json (with the family's
     corrections: `CausalFamily.backbone_arguments`) and its weights converted into it;
-    `place(backbone)`: the function (variable, value) that stores each weight (None: assign)."""
+    `place(backbone)`: the function (variable, value) that makes each weight's variable, the
+    backbone's float variables deferred until it does (None: built whole, each weight assigned)."""
     import keras_hub
 
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     backbone = getattr(keras_hub.models, family.backbone)
-    encoder = backbone.from_preset(path, load_weights=False, **kwargs, **family.backbone_arguments(config))
+    with _deferring(place is not None):
+        encoder = backbone.from_preset(path, load_weights=False, **kwargs, **family.backbone_arguments(config))
     converter = importlib.import_module(f"keras_hub.src.utils.transformers.{family.converter}")
     with _loader()(path) as loader:
         loader.place = place(encoder) if place else _assign
@@ -78,6 +83,30 @@ class SafetensorsFile:
         if self.file.readinto(memoryview(array.reshape(-1).view(np.uint8))) != array.nbytes:
             raise ValueError(f"{self.path}: tensor {key}: the file ends before its {array.nbytes} bytes")
         return array
+
+
+@contextlib.contextmanager
+def _deferring(defer):
+    """The float variables made inside left uninitialized (a shape and an initializer, as Keras
+    defers them in a `StatelessScope`): the caller makes each one. The others (a dropout's seed
+    state) are made on leaving. Keras' list of variables to initialize is given back as it was,
+    so that no later scope's exit allocates the deferred ones."""
+    if not defer:
+        yield
+        return
+    import keras
+    from keras.src.backend.common import global_state
+
+    before = list(global_state.get_global_attribute("uninitialized_variables", [], set_to_default=True))
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        made = global_state.get_global_attribute("uninitialized_variables")[len(before) :]
+        global_state.set_global_attribute("uninitialized_variables", before)
+    for variable in made:
+        if "float" not in variable.dtype:
+            variable._deferred_initialize()
 
 
 def _assign(variable, value):

@@ -13,9 +13,9 @@ byte, a scale and a zero point for each 128 inputs of an output channel (Keras' 
 `Int4QuantizationConfig()`). Both are made from the file's float32 weights (the run's and its
 float32 export's quantization are the same). The token embedding (the tied output layer too)
 and the norms are kept as loaded, in the run's variable dtype.
-The float32 model is never whole while a quantized base loads: the backbone is built with
-bfloat16 placeholders, and each weight read from the file replaces its placeholder (a
-projection's kernel quantized at once: `Placement`).
+The float32 model is never whole while a quantized base loads: the backbone is built with its
+float variables deferred (shapes, no memory: `load_backbone`'s `place`), and each weight read
+from the file becomes its variable (a projection's kernel quantized at once: `Placement`).
 "compute": every frozen weight loaded in the compute dtype (bfloat16 under mixed_bfloat16:
 the model built under the compute dtype's own policy), the projections then put back under
 the run's policy so that their adapters, and the adapters' slots, are float32.
@@ -32,7 +32,7 @@ from amptrain.models.families.loading import load_backbone
 from amptrain.tasks.language_model.lora import every_projection
 
 QUANTIZED = ("int8", "int4")
-PLACEHOLDER_DTYPE = "bfloat16"  # what a quantized base is built in, before its weights replace it
+PLACEHOLDER_DTYPE = "bfloat16"  # the policy a quantized base is built under, its variables deferred
 
 
 def load_base(family, path, mode, dtype, **options):
@@ -62,11 +62,11 @@ def load_base(family, path, mode, dtype, **options):
 
 
 class Placement:
-    """Puts each weight the converter reads into the backbone (built in bfloat16 placeholders,
-    given by `start`):
-    the placeholder dropped, a variable of the run's policy made for the value, and a
-    projection's kernel quantized from it at once; `finish` (once the converter is done)
-    converts what the file did not hold and puts every layer under the run's policy."""
+    """Puts each weight the converter reads into the backbone (built under bfloat16, its float
+    variables deferred: placeholders without memory; given by `start`): the placeholder
+    dropped, a variable of the run's policy made from the value, and a projection's kernel
+    quantized from it at once; `finish` (once the converter is done) makes what the file did
+    not hold from its initializer and puts every layer under the run's policy."""
 
     def __init__(self, family, mode, policy):
         self.family, self.mode, self.policy = family, mode, policy
@@ -109,7 +109,7 @@ class Placement:
                 _quantize(layer, self.mode)
 
     def finish(self):
-        for owners in list(self.owners.values()):  # none in the families' files: their initial values
+        for owners in list(self.owners.values()):  # none in the families' files: their initializers' values
             layer, attribute = owners[0]
             self._place(owners, np.asarray(getattr(layer, attribute).numpy()))
         self.owners = {}
