@@ -14,7 +14,13 @@ from amptrain.bench.building import buildable_precisions
 from amptrain.config import config_from_dict
 from amptrain.errors import ConfigError
 from amptrain.tasks.language_model import generation
-from amptrain.tasks.language_model.base_weights import computed_kernel, load_base, projection_layers
+from amptrain.tasks.language_model.base_weights import (
+    computed_kernel,
+    int4_blocks,
+    load_base,
+    projection_layers,
+    quantize_projection,
+)
 from amptrain.tasks.language_model.lora import adapters
 from amptrain.tasks.language_model.transformers_folder import float_twin
 
@@ -67,17 +73,14 @@ def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_p
 def test_a_quantized_base_loads_as_the_float32_model_quantized_after_loading(mode, family):
     """Placed weight by weight from the file into a backbone of deferred variables, the base holds what
     Keras' quantization of the whole float32 model holds: the same variables, bit for bit."""
-    from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
-
     from amptrain.config.pretrained import read_checkpoint
     from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
     checkpoint = read_checkpoint(folder(family))
     placed = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16", base_weights=mode)
     whole = PretrainedLanguageModel(checkpoint, 16, 0.0, "mixed_bfloat16")
-    config = Int8QuantizationConfig(activation_quantizer=None) if mode == "int8" else Int4QuantizationConfig()
     for layer in projection_layers(whole):
-        layer.quantize(mode, config=config)
+        quantize_projection(layer, mode)
     ours, theirs = sorted(placed.weights, key=lambda v: v.path), sorted(whole.weights, key=lambda v: v.path)
     assert [(v.path, v.dtype, tuple(v.shape)) for v in ours] == [(v.path, v.dtype, tuple(v.shape)) for v in theirs]
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(ours, theirs))
@@ -109,6 +112,32 @@ def test_a_placed_base_holds_no_float_weight_until_it_is_read():
     assert global_state.get_global_attribute("uninitialized_variables", []) == []
     model = PretrainedLanguageModel(checkpoint, 16, 0.1, "mixed_bfloat16", base_weights="int8")
     assert not np.array_equal(model(features(), training=True).numpy(), model(features(), training=True).numpy())
+
+
+def test_int4_keeps_each_blocks_minimum_so_a_kernel_on_q4_1s_grid_is_held_exactly():
+    """Blocks of inputs from their minimum to their maximum in 15 steps, the zero point float:
+    a block on such a grid (-0.25 + 0.1 k) comes back as it was, where Keras' integer zero
+    point (round(2.5) = 2) would move it by half a step; any other block within half a step."""
+    import keras
+
+    column = np.array([-0.25, 0.05, 0.55, 1.25, 0.0, 0.3, 0.6, 0.9], np.float32)  # two blocks of 4
+    codes, scale, zero = int4_blocks(column[:, None], 4)
+    assert codes[:, 0].tolist() == [-8, -5, 0, 7, -8, -3, 2, 7]
+    np.testing.assert_allclose(scale[:, 0], [0.1, 0.06], rtol=1e-6)
+    np.testing.assert_allclose(zero[:, 0], [-5.5, -8.0], rtol=1e-6)
+    dense = keras.layers.Dense(1, use_bias=False, dtype="float32")
+    dense.build((None, 8))
+    dense.kernel.assign(column[:, None])
+    quantize_projection(dense, "int4")  # blocks of 32: one here, of 8 inputs
+    half_step = 0.05 + 1e-6
+    np.testing.assert_allclose(dense(np.eye(8, dtype=np.float32)).numpy()[:, 0], column, atol=half_step)
+    grid = (np.arange(32) % 16 * 0.1 - 0.25).astype(np.float32)[:, None]
+    dense = keras.layers.Dense(1, use_bias=False, dtype="float32")
+    dense.build((None, 32))
+    dense.kernel.assign(grid)
+    quantize_projection(dense, "int4")
+    np.testing.assert_allclose(dense(np.eye(32, dtype=np.float32)).numpy(), grid, atol=1e-6)
+    assert dense.kernel_zero.dtype == "float32" and dense.quantization_mode == "int4"
 
 
 def test_the_compute_dtype_base_is_bfloat16_under_its_adapters(tmp_path):

@@ -9,10 +9,12 @@ compute dtype, or its projections quantized to int8 or int4 with Keras' own quan
 int8: each projection's kernel (query, key, value, output, gate, up, down of every decoder
 layer) as int8 with a scale an output channel, weight-only (the activations stay in the
 compute dtype: Keras' `Int8QuantizationConfig(activation_quantizer=None)`). int4: two values a
-byte, a scale and a zero point for each 128 inputs of an output channel (Keras' default
-`Int4QuantizationConfig()`). Both are made from the file's float32 weights (the run's and its
-float32 export's quantization are the same). The token embedding (the tied output layer too)
-and the norms are kept as loaded, in the run's variable dtype.
+byte, a float32 scale and zero point for each 32 inputs of an output channel, in Keras' int4
+layer and call (`Int4QuantizationConfig(block_size=32)`) but with the zero point float, so that
+a block keeps its minimum: llama.cpp's Q4_1 (`int4_blocks`). Both are made from the file's
+float32 weights (the run's and its float32 export's quantization are the same). The token
+embedding (the tied output layer too) and the norms are kept as loaded, in the run's variable
+dtype.
 The float32 model is never whole while a quantized base loads: the backbone is built with its
 float variables deferred (shapes, no memory: `load_backbone`'s `place`), and each weight read
 from the file becomes its variable (a projection's kernel quantized at once: `Placement`).
@@ -32,6 +34,7 @@ from amptrain.models.families.loading import load_backbone
 from amptrain.tasks.language_model.lora import every_projection
 
 QUANTIZED = ("int8", "int4")
+INT4_BLOCK = 32  # inputs a scale and zero point: llama.cpp's Q4_0 and Q4_1 blocks
 PLACEHOLDER_DTYPE = "bfloat16"  # the policy a quantized base is built under, its variables deferred
 
 
@@ -93,20 +96,9 @@ class Placement:
         for layer, attribute in owners:  # one variable, however many layers hold it
             if layer.dtype_policy.name == PLACEHOLDER_DTYPE:  # not one keras-hub sets (float32 norms)
                 layer.dtype_policy = self.policy
-            old = getattr(layer, attribute)
-            delattr(layer, attribute)  # Keras untracks it
-            locked = layer._tracker.locked  # a built layer's; unlocked as Keras' own quantize does
-            layer._tracker.unlock()
-            try:
-                if new is None:  # made from the value
-                    new = layer.add_weight(name=old.name, shape=value.shape, dtype=layer.variable_dtype,
-                                           initializer=_holding(value), trainable=old.trainable)  # fmt: skip
-                setattr(layer, attribute, new)
-            finally:
-                if locked:
-                    layer._tracker.lock()
+            new = _remake(layer, attribute, value, layer.variable_dtype, made=new)
             if quantize:
-                _quantize(layer, self.mode)
+                quantize_projection(layer, self.mode)
 
     def finish(self):
         for owners in list(self.owners.values()):  # none in the families' files: their initializers' values
@@ -118,19 +110,62 @@ class Placement:
                 layer.dtype_policy = self.policy
 
 
+def _remake(layer, attribute, value, dtype, made=None):
+    """The layer's variable `attribute` replaced by one of `dtype` made from `value` (or by
+    `made`, the variable another layer's attribute was given); returns the new variable."""
+    old = getattr(layer, attribute)
+    delattr(layer, attribute)  # Keras untracks it
+    locked = layer._tracker.locked  # a built layer's; unlocked as Keras' own quantize does
+    layer._tracker.unlock()
+    try:
+        if made is None:  # made from the value: one copy, not zeros and another
+            made = layer.add_weight(name=old.name, shape=value.shape, dtype=dtype,
+                                    initializer=_holding(value), trainable=old.trainable)  # fmt: skip
+        setattr(layer, attribute, made)
+    finally:
+        if locked:
+            layer._tracker.lock()
+    return made
+
+
 def _holding(value):
-    """An initializer giving `value` (a variable made from it: one copy, not zeros and another)."""
+    """An initializer giving `value`."""
     return lambda shape, dtype: keras.ops.convert_to_tensor(value, dtype)
 
 
-def _quantize(layer, mode):
+def quantize_projection(layer, mode):
+    """`layer`'s float kernel quantized as the base's `mode` holds it (Keras' layer and call)."""
     from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
 
     layer.float_kernel_shape = tuple(layer._kernel.shape)  # for computed_kernel
     if mode == "int8":
         layer.quantize("int8", config=Int8QuantizationConfig(activation_quantizer=None))
-    else:
-        layer.quantize("int4", config=Int4QuantizationConfig())  # groups of 128 inputs, Keras' default
+        return
+    kernel = np.asarray(layer._kernel.numpy(), np.float32)
+    layer.quantize("int4", config=Int4QuantizationConfig(block_size=INT4_BLOCK))  # Keras' layout and call
+    rows = layer._kernel.shape[0]  # the reduced axes (Keras packs a kernel as (inputs, outputs / 2))
+    codes, scale, zero = int4_blocks(kernel.reshape(rows, -1), INT4_BLOCK)
+    layer._kernel.assign(keras.quantizers.pack_int4(codes, axis=-1)[0])
+    layer.kernel_scale.assign(scale)
+    _remake(layer, "kernel_zero", zero, "float32")  # Keras' is an int8: its minimum rounded to a step
+
+
+def int4_blocks(kernel, block):
+    """(codes in [-8, 7] of `kernel`'s shape, scales, zero points: (blocks, outputs)) of a
+    (inputs, outputs) kernel, each `block` inputs of an output channel mapped from its minimum
+    to its maximum in 15 steps; Keras' int4 call computes (code - zero) * scale. The zero point
+    is float: `code * scale + minimum` is llama.cpp's Q4_1, exact for weights already on such
+    a grid (SmolLM2's, converted from a Q4_1 file), where Keras' integer zero point moves each
+    block by up to half a step."""
+    inputs, outputs = kernel.shape
+    blocks = -(-inputs // block)
+    padded = np.concatenate([kernel, np.repeat(kernel[-1:], blocks * block - inputs, 0)])  # the last block's own values
+    grouped = padded.reshape(blocks, block, outputs)
+    low, high = grouped.min(axis=1), grouped.max(axis=1)
+    scale = np.where(high > low, (high - low) / 15, 1).astype(np.float32)
+    codes = np.clip(np.round((grouped - low[:, None]) / scale[:, None]), 0, 15) - 8
+    zero = (-8 - low / scale).astype(np.float32)
+    return codes.reshape(-1, outputs)[:inputs].astype(np.int8), scale, zero
 
 
 @contextlib.contextmanager
