@@ -80,6 +80,27 @@ def test_the_language_model_and_the_translator_recompute_to_the_same_step(tiny_t
     assert_same(*same_step(str(tiny_translation / "tiny.toml")))
 
 
+@pytest.mark.parametrize("base", ["float32", pytest.param("int8", marks=pytest.mark.slow)])
+def test_a_pretrained_decoder_recomputes_to_the_same_step(tmp_path, base):
+    """LoRA on a pretrained Llama: keras-hub's layers, the lean projections' own gradient and
+    dropout inside each recomputed layer."""
+    from pretrained.test_causal import folder
+
+    (tmp_path / "train.txt").write_text("In the beginning God created the heaven and the earth.\n" * 8)
+    (tmp_path / "tiny.toml").write_text(
+        f'task = "language_model"\n[data]\ntrain = "{tmp_path / "train.txt"}"\nmax_length = 16\n'
+        f'[model]\npretrained = "{folder("llama3")}"\n[train]\nbatch_size = 2\nlora_rank = 2\n'
+        f'lora_targets = "query,value,down"\nbase_weights = "{base}"\n'
+    )
+    assert_same(*same_step(str(tmp_path / "tiny.toml")))
+    kept = {}
+    for remat in ("none", "blocks"):
+        config = config_lib.load_config(str(tmp_path / "tiny.toml"), [("model.remat", remat)])
+        task, model, trainer, policy = build_trainer(config)
+        kept[remat] = memory.estimate_step(trainer, model, task.signature(), 16, policy, trainer.optimizer)
+    assert kept["blocks"].per_row < kept["none"].per_row / 2  # a row: its two layers' inputs and one recomputed
+
+
 def test_recomputed_blocks_keep_a_fraction_of_a_rows_activations(tiny):
     kept = {}
     for remat in ("none", "blocks"):

@@ -66,9 +66,9 @@ def validate(config, task_class, check_files=True):
     require(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
     require(m.remat in ("none", "blocks"), "model.remat", '"none" or "blocks"', m.remat)
     require(
-        not (m.pretrained and m.remat != "none"),
+        not (m.pretrained and m.remat != "none") or getattr(task_class, "recomputes_pretrained", False),
         "model.remat",
-        '"none" with model.pretrained (its blocks are keras-hub\'s, which recompute nothing)',
+        "\"none\" with model.pretrained here (a pretrained encoder's blocks are keras-hub's, which recompute nothing)",
         m.remat,
     )
     require(p.policy in POLICIES, "precision.policy", f"one of {POLICIES}", p.policy)

@@ -22,6 +22,7 @@ import keras
 from keras import ops
 
 from amptrain.models.islands import float32_island
+from amptrain.models.remat import recomputed
 from amptrain.tasks.language_model.base_weights import load_base
 from amptrain.tasks.language_model.families import decoding, family_of
 from amptrain.tasks.language_model.model import TiedLogits
@@ -30,11 +31,12 @@ BACKBONE_NAME = "pretrained_decoder"
 
 
 class PretrainedLanguageModel(keras.Model):
-    def __init__(self, checkpoint, max_length, dropout, dtype, base_weights="float32", **kwargs):
+    def __init__(self, checkpoint, max_length, dropout, dtype, base_weights="float32", remat="none", **kwargs):
         kwargs.setdefault("name", "pretrained_language_model")
         super().__init__(**kwargs)
         self.family = family_of(checkpoint)
         self.max_length = max_length
+        self.remat = remat  # "blocks": each decoder layer recomputed in the backward pass
         self.layers_dtype = keras.dtype_policies.get(dtype).name
         options = {"dropout": dropout, "name": BACKBONE_NAME}
         self.backbone = load_base(self.family, checkpoint.path, base_weights, dtype, **options)
@@ -90,7 +92,10 @@ class PretrainedLanguageModel(keras.Model):
         causal = (order[:, None] >= order[None, :])[None]
         keep = ops.logical_and(causal, ops.equal(segments[:, :, None], segments[:, None, :]))
         for layer in self.blocks:
-            x = self.family.run_layer(layer, x, keep, training)
+            if training and self.remat == "blocks":
+                x = recomputed(layer, lambda x, layer=layer: self.family.run_layer(layer, x, keep, True), x)
+            else:
+                x = self.family.run_layer(layer, x, keep, training)
         states = self.backbone.layer_norm(x)
         if "labels" in features:
             return self.logits(states, labels=features["labels"], training=training)

@@ -55,6 +55,7 @@ class LanguageModelTask(Task):
     config_sections = {"generate": Settings, "train": conversations.LanguageModelTrain}
     untrained_sections = ("generate",)  # how a run continues prompts does not change what it trains
     reads_corpora = True  # data.train (dev, test): a file, a folder or a glob of text files
+    recomputes_pretrained = True  # model.remat with model.pretrained: each decoder layer (pretrained.py)
     serving_module = GeneratorModule
     export_formats, write_export = ("transformers", "gguf"), transformers_folder.write_export  # of model.pretrained
     printed_field = "generated"  # `predict` prints the continuation alone (--json: the record)
@@ -285,7 +286,8 @@ class LanguageModelTask(Task):
             from amptrain.tasks.language_model.pretrained import PretrainedLanguageModel
 
             held = self.config.train.base_weights
-            model = PretrainedLanguageModel(self.checkpoint, d.max_length, self.config.model.dropout, dtype, held)
+            m = self.config.model
+            model = PretrainedLanguageModel(self.checkpoint, d.max_length, m.dropout, dtype, held, remat=m.remat)
             model.base_weights = getattr(self, "base_weights", "") + ("" if held == "float32" else f" {held}")
             lora.apply_lora(model, self.config.train)
             return model
