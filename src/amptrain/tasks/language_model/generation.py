@@ -84,8 +84,10 @@ SETTING_DTYPES = (tf.int32, tf.float32, tf.int32, tf.float32, tf.int32)
 
 
 def graph_generate(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed):
-    """`generate` inside a graph being traced (the export's): every argument a tensor."""
-    return _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed)
+    """`generate` inside a graph being traced (the export's): every argument a tensor, the
+    decoding weights made in the graph."""
+    weights = model.decoding_weights()
+    return _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed, weights)
 
 
 @tf.function(autograph=False, reduce_retracing=True)
@@ -93,15 +95,15 @@ def _generate(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, t
     return _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed, weights)
 
 
-def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed, weights=None):
+def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k, top_p, seed, weights):
+    """`weights`: `model.decoding_weights()`, made once before the loop (merged, cast kernels of
+    pretrained Llama and Qwen2; None for the other models)."""
     batch = tf.shape(prompt_ids)[0]
     length = model.max_length
     out = tf.pad(prompt_ids, [[0, 0], [0, length - tf.shape(prompt_ids)[1]]])[:, :length]
     out = tf.where(tf.range(length)[None] < prompt_lengths[:, None], out, -1)
     limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
     caches = model.empty_caches(batch, length)
-    if weights is None:  # once, outside the loop: merged, cast kernels (pretrained Llama, Qwen2)
-        weights = model.decoding_weights()
     keys = prompt_keys(out, prompt_lengths, seed)
 
     def running(t, out, done, caches):
