@@ -52,6 +52,22 @@ def test_the_gelu_is_two_xla_calls_only_when_asked_and_computes_the_same(dtype):
     np.testing.assert_allclose(g1, g0, atol=tolerance * scale)
 
 
+def test_the_masked_softmax_backward_is_one_xla_call_only_when_asked_and_computes_the_same():
+    keep = tf.constant(np.arange(32) < 24)  # the last 8 keys masked
+
+    def piece(x):
+        return lean.masked_softmax(x, keep, "bfloat16")
+
+    y0, g0, calls0 = traced(piece, "bfloat16", kernels=False)
+    y1, g1, calls1 = traced(piece, "bfloat16", kernels=True)
+    assert calls0 == []
+    assert len(calls1) == 1  # the backward chain; the forward stays op by op
+    np.testing.assert_array_equal(y1, y0)
+    # TensorFlow rounds the chain's float32 ops to bfloat16 only at the end too: one rounding apart
+    np.testing.assert_allclose(g1, g0, atol=2**-8 * max(1.0, float(np.abs(g0).max())))
+    assert np.all(g1[..., 24:] == 0) and np.all(g0[..., 24:] == 0)
+
+
 def test_the_training_step_builds_kernels_and_evaluation_does_not():
     import keras
 

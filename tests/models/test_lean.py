@@ -43,19 +43,30 @@ def test_layer_normalization_equals_keras_in_value_and_every_gradient():
     assert ours.get_config() == {**theirs.get_config(), "name": ours.name}
 
 
-def test_softmax_to_float32_is_the_softmax_and_to_bfloat16_its_gradient_to_bfloat16s_precision():
-    scores = tf.constant(RNG.normal(size=(2, 3, 4, 16)) * 3, tf.float32)
+def test_masked_softmax_in_float32_is_the_softmax_and_in_bfloat16_its_gradient_to_bfloat16s_precision():
+    scores = tf.cast(tf.constant(RNG.normal(size=(2, 3, 4, 16)) * 3, tf.bfloat16), tf.float32)  # held by both
     weights = tf.constant(RNG.normal(size=(2, 3, 4, 16)), tf.float32)
+    # keys 12.. masked; row 3 of the first example masked whole (its probabilities 1/16, no gradient)
+    keep = np.broadcast_to(np.arange(16) < 12, (2, 1, 4, 16)).copy()
+    keep[0, 0, 3] = False
     results = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype, mask in (("float32", None), ("bfloat16", None), ("float32", keep), ("bfloat16", keep)):
         with tf.GradientTape() as tape:
             tape.watch(scores)
-            probabilities = lean.softmax_to(scores, dtype)
+            probabilities = lean.masked_softmax(tf.cast(scores, dtype), mask, dtype)
             loss = tf.reduce_sum(tf.cast(probabilities, tf.float32) * weights)
-        results[dtype] = (tf.cast(probabilities, tf.float32).numpy(), tape.gradient(loss, scores).numpy())
-    np.testing.assert_array_equal(results["float32"][0], tf.nn.softmax(scores).numpy())
-    np.testing.assert_allclose(results["bfloat16"][0], results["float32"][0], atol=2**-8)
-    np.testing.assert_allclose(results["bfloat16"][1], results["float32"][1], atol=3 * 2**-8)
+        gradient = tf.cast(tape.gradient(loss, scores), tf.float32).numpy()
+        results[dtype, mask is None] = (tf.cast(probabilities, tf.float32).numpy(), gradient)
+    np.testing.assert_array_equal(results["float32", True][0], tf.nn.softmax(scores).numpy())
+    masked = tf.where(keep, scores, -1e9)
+    np.testing.assert_array_equal(results["float32", False][0], tf.nn.softmax(masked).numpy())
+    np.testing.assert_allclose(results["bfloat16", False][0][0, :, 3], 1 / 16)  # the row masked whole
+    assert np.all(results["float32", False][1][~np.broadcast_to(keep, scores.shape)] == 0)
+    for unmasked in (True, False):
+        (p32, g32), (p16, g16) = results["float32", unmasked], results["bfloat16", unmasked]
+        np.testing.assert_allclose(p16, p32, atol=2**-8)
+        np.testing.assert_allclose(g16, g32, atol=3 * 2**-8 * max(1.0, float(np.abs(g32).max())))
+    assert np.all(results["bfloat16", False][1][~np.broadcast_to(keep, scores.shape)] == 0)
 
 
 def kept_for_backward(function, dtype):
@@ -76,7 +87,7 @@ def test_in_bfloat16_the_backward_pass_keeps_no_float32_copy_of_the_input():
     norm = lean.LayerNormalization(epsilon=1e-6, dtype="mixed_bfloat16")
     norm.build(X.shape)
     size = int(np.prod(X.shape))
-    for function in (norm, lean.gelu, lambda x: lean.softmax_to(tf.cast(x, tf.float32), "bfloat16")):
+    for function in (norm, lean.gelu, lambda x: lean.masked_softmax(x, None, "bfloat16")):
         kept = kept_for_backward(function, "bfloat16")
         float32 = {key: value for key, value in kept.items() if key[1] == "float32" and value >= size * 4}
         assert not float32, kept

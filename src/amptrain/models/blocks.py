@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from amptrain.models.dropout import Dropout
-from amptrain.models.lean import LayerNormalization, gelu, softmax_to
+from amptrain.models.lean import LayerNormalization, gelu, masked_softmax
 from amptrain.models.remat import recomputed
 
 
@@ -78,14 +78,10 @@ def scaled_dot_product(query, key, value, keep, compute_dtype, dropout, training
     batch, heads, length, head_dim = (ops.shape(query)[i] for i in range(4))
     query = query * ops.cast(head_dim**-0.5, query.dtype)
     scores = ops.einsum("bhqd,bhkd->bhqk", query, key)  # (batch, heads, query, key)
-    # float32: exp() of fp16 scores overflows past 11, and the mask's large negative
-    # must stay far below every real score, which fp16's range (6.5e4) cannot promise.
-    scores = ops.cast(scores, "float32")
-    if keep is not None:
-        # A scalar, broadcast by the select: a tensor of the scores' size filled with it depends
-        # on nothing, so it was made at the step's start and held, a float32 score tensor a layer.
-        scores = ops.where(keep, scores, ops.convert_to_tensor(-1e9, "float32"))
-    weights = softmax_to(scores, compute_dtype)  # keeps the cast probabilities only (lean.py)
+    # In float32: exp() of fp16 scores overflows past 11, and the mask's large negative must
+    # stay far below every real score, which fp16's range (6.5e4) cannot promise. Keeps the
+    # cast probabilities only (lean.py).
+    weights = masked_softmax(scores, keep, compute_dtype)
     weights = dropout(weights, training=training)
     context = ops.einsum("bhqk,bhkd->bhqd", weights, value)
     return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, heads * head_dim))

@@ -11,19 +11,21 @@ and under a mixed policy they keep it in float32, so half precision did not halv
   float32 product (two float32 tensors of the hidden width a norm); here it keeps the input
   in the compute dtype and the float32 mean and reciprocal deviation (one number a position),
   and recomputes the normalised input in float32 in the backward pass;
-- the attention's float32 softmax kept its float32 probabilities; `softmax_to` keeps them in
-  the compute dtype they are cast to anyway (bfloat16 holds probabilities to 3 significant
+- the attention's float32 softmax kept its float32 probabilities; `masked_softmax` keeps them
+  in the compute dtype they are cast to anyway (bfloat16 holds probabilities to 3 significant
   digits, as the product with the values already uses them). Under float32 it is Keras's.
 
 Each gradient equals autodiff's to rounding (tests/models/test_lean.py): the GELU's in its input's
 dtype, as autodiff's; the norm's and the softmax's in float32.
 
-The GELU's forward and backward bodies are `xla_modes.kernel`s: in a training step (with
-`runtime.fused_kernels`, the default) one XLA computation each, a single loop over the
-tensor where TensorFlow ran a kernel per op (the backward alone was ten, and Eigen's
-bfloat16 erfc runs an element at a time); elsewhere the same ops. XLA rounds a bfloat16
-chain once at its end, TensorFlow after every op (tests/models/test_kernels.py). The norm's,
-the softmax's and dropout's chains were slower as XLA computations (docs/benchmarks.md).
+The GELU's forward and backward bodies and the softmax's backward body are `xla_modes.kernel`s:
+in a training step (with `runtime.fused_kernels`, the default) one XLA computation each, a
+single loop over the tensor where TensorFlow ran a kernel per op (the GELU's backward alone
+was ten, and Eigen's bfloat16 erfc runs an element at a time); elsewhere the same ops. XLA
+rounds a bfloat16 chain once at its end, TensorFlow after every op
+(tests/models/test_kernels.py). The norm's chains, the softmax's forward one and dropout's
+were slower as XLA computations; the softmax's backward, at 256 positions, took a layer's
+softmax from 29 to 21 ms (docs/benchmarks.md).
 """
 
 import keras
@@ -73,21 +75,42 @@ def gelu(x):
     return forward(x)
 
 
-def softmax_to(scores, dtype):
-    """softmax(scores) over the last axis, computed in float32 (`scores` is float32) and cast
-    to `dtype`, keeping only the cast probabilities for the backward pass."""
+@kernel
+def _softmax_gradient(probabilities, dprobabilities, keep, dtype):
+    # In float32 from the kept probabilities, returned in the scores' dtype: one loop where
+    # TensorFlow ran two casts, a product, a sum, a difference, a product, the mask's select
+    # and the cast back, each over the (batch, heads, query, key) tensor.
+    p = tf.cast(probabilities, tf.float32)
+    g = tf.cast(dprobabilities, tf.float32)
+    gradient = p * (g - tf.reduce_sum(g * p, axis=-1, keepdims=True))
+    if keep is not None:  # a masked score gets none (a row masked whole has p = 1/n there)
+        gradient = tf.where(keep, gradient, tf.zeros((), tf.float32))
+    return tf.cast(gradient, dtype)
+
+
+def masked_softmax(scores, keep, dtype):
+    """softmax over the last axis of `scores` (any float dtype) in float32, the keys `keep`
+    says left out (bool, broadcastable; None: none), cast to `dtype`. Under a mixed policy it
+    keeps only the cast probabilities for the backward pass, whose arithmetic is one kernel."""
+
+    def probabilities_of(scores):
+        x = tf.cast(scores, tf.float32)
+        if keep is not None:
+            # A scalar, broadcast by the select: a tensor of the scores' size filled with it
+            # depends on nothing, so it would be made at the step's start and held.
+            x = tf.where(keep, x, tf.constant(-1e9, tf.float32))
+        return tf.nn.softmax(x, axis=-1)
+
     if tf.as_dtype(dtype) == tf.float32:
-        return tf.nn.softmax(scores, axis=-1)
+        return probabilities_of(scores)
+    scores_dtype = scores.dtype
 
     @tf.custom_gradient
     def forward(scores):
-        probabilities = tf.cast(tf.nn.softmax(scores, axis=-1), dtype)
+        probabilities = tf.cast(probabilities_of(scores), dtype)
 
         def backward(dprobabilities):
-            with after(dprobabilities):
-                p = tf.cast(probabilities, tf.float32)
-            g = tf.cast(dprobabilities, tf.float32)
-            return p * (g - tf.reduce_sum(g * p, axis=-1, keepdims=True))
+            return _softmax_gradient(probabilities, dprobabilities, keep, scores_dtype)
 
         return probabilities, backward
 
