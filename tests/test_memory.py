@@ -30,8 +30,10 @@ def test_trainer_memory_counts_your_variables_by_hand(tmp_path):
     assert 2 * 514 * 4 <= record["optimizer_slots_bytes"] <= 2 * 514 * 4 + 64
     assert 0 < record["kept_for_backward_bytes_per_row"] <= record["activations_bytes_per_row"]
     assert record["batch_size"] == 16 and record["largest_batch"] % 8 == 0 and record["largest_batch"] > 16
-    # the runtime is this process's resident memory less the weights and slots counted apart
+    # the runtime is this process's resident memory less the weights and slots counted apart,
+    # with the step's function made (run once at a row of ones)
     assert 0 < record["runtime_bytes"] < record["total_bytes"] <= record["memory_limit_bytes"]
+    assert record["runtime_holds_the_step_function"] is True
 
 
 def test_a_built_model_is_estimated_in_its_own_precision_only(tmp_path):
@@ -40,7 +42,9 @@ def test_a_built_model_is_estimated_in_its_own_precision_only(tmp_path):
     from amptrain.errors import UserError
 
     trainer = make(tmp_path, model=build("float32"))
-    assert [r["policy"] for r in trainer.memory()] == ["float32"]
+    (record,) = trainer.memory()
+    assert record["policy"] == "float32"
+    assert record["runtime_holds_the_step_function"] is False  # a step would move your model's state
     with pytest.raises(UserError, match="a built model has one precision"):
         trainer.memory(precisions=("float32", "mixed_bfloat16"))
 

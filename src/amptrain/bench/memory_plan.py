@@ -59,9 +59,10 @@ def with_precision(config, policy):
     )
 
 
-def estimate(config, make_task=None, fixed=None):
+def estimate(config, make_task=None, fixed=None, run_step=True):
     """The `memory.Estimate` of `config`'s training step; `make_task(config)` builds the task
-    (a `Trainer`'s), else the config's own. `fixed`: the runtime's bytes measured already."""
+    (a `Trainer`'s), else the config's own. `fixed`: the runtime's bytes measured already;
+    `run_step`: measure it with the step run once (`memory.estimate_step`)."""
     import keras
 
     from amptrain.bench.building import build_trainer
@@ -72,20 +73,28 @@ def estimate(config, make_task=None, fixed=None):
         task.prepare(("train",))
     task, model, trainer, policy = build_trainer(config, task=task)
     found = memory.estimate_step(
-        trainer, model, task.signature(), config.data.max_length, policy, trainer.optimizer, trainer.weight_average
+        trainer,
+        model,
+        task.signature(),
+        config.data.max_length,
+        policy,
+        trainer.optimizer,
+        trainer.weight_average,
+        run_step=run_step,
     )
     if fixed is not None:
         found.fixed = fixed
     return found
 
 
-def plan(config, precisions=PRECISIONS, budget=None, make_task=None):
+def plan(config, precisions=PRECISIONS, budget=None, make_task=None, run_step=True):
     """[record] a precision: the estimate's parts, its total at the config's batch, and the
-    largest batch under `budget` (bytes) when given."""
+    largest batch under `budget` (bytes) when given. `run_step` False: a user's built model,
+    whose state (a norm's statistics, dropout's seeds) one step would move."""
     rows, length = rows_and_length(config)
     plans, fixed = [], None
     for policy in precisions:
-        found = estimate(with_precision(config, policy), make_task, fixed)
+        found = estimate(with_precision(config, policy), make_task, fixed, run_step)
         fixed = found.fixed  # the runtime once: a later build leaves the earlier's garbage behind
         plans.append({**found.as_record(rows, budget), "positions_per_row": length, "remat": config.model.remat})
     return plans
@@ -120,7 +129,7 @@ def plan_yours(config, built, precisions, memory_limit, make_task):
         raise UserError("memory: a built model has one precision, its own; pass a builder to compare")
     budget = parse_memory(memory_limit) if isinstance(memory_limit, str) else memory_limit
     scratch = tempfile.mkdtemp(prefix="amptrain-memory-")
-    return plan(config, tuple(precisions), budget, make_task=lambda c: make_task(c, scratch))
+    return plan(config, tuple(precisions), budget, make_task=lambda c: make_task(c, scratch), run_step=not built)
 
 
 def doctor_memory(path, overrides, memory_limit, as_json):
@@ -166,7 +175,7 @@ def format_plans(plans):
             lines.append(f"{p['policy']} weights: {held}; trained (adapters) {_mib(p['trainable_weights_bytes'])}")
     lines.append(
         "a row: the step's peak of tensors alive a row of the batch, (kept) of which the forward pass "
-        "keeps for the backward; runtime: TensorFlow's own, measured in this process"
+        "keeps for the backward; runtime: TensorFlow's own, measured in this process with the step made"
     )
     if budget:
         lines.append(f"largest batch: a multiple of 8 under --memory-limit {budget / 2**30:.2f} GiB")

@@ -16,8 +16,9 @@ the bytes alive is the step's. It counts what the backward pass keeps (the tenso
 forward pass it reads) and the backward pass's own temporaries at their largest.
 
 What it cannot see: the runtime itself (TensorFlow, the thread pools, oneDNN's kernels and
-caches), measured here as this process's resident memory with the model built, without its
-weights; the allocator's slack; kernels that write a copy the graph does not show.
+caches, the step's traced and instantiated graphs), measured here as this process's resident
+memory with the model built and its step run once at a row, without its weights; the
+allocator's slack; kernels that write a copy the graph does not show.
 """
 
 import collections
@@ -58,6 +59,7 @@ class Estimate:
     kept: dict = dataclasses.field(default_factory=dict)
     trainable_weights: int = 0  # of `weights`, the trained ones' (LoRA: the adapters)
     weights_by_dtype: dict = dataclasses.field(default_factory=dict)  # {"int8": bytes, ...}: a quantized base
+    function_measured: bool = False  # `fixed` holds the step's instantiated function
 
     def total(self, batch_size):
         return int(self.fixed + self.weights + self.gradients + self.slots + self.static + batch_size * self.per_row)
@@ -79,6 +81,7 @@ class Estimate:
             "activations_bytes_per_row": round(self.per_row),
             "kept_for_backward_bytes_per_row": round(self.kept_per_row),
             "runtime_bytes": self.fixed,
+            "runtime_holds_the_step_function": self.function_measured,
         }
         if batch_size:
             record.update(batch_size=batch_size, total_bytes=self.total(batch_size))
@@ -206,11 +209,14 @@ def variable_parts(model, optimizer, weight_average=None):
     }
 
 
-def estimate_step(trainer, model, signature, length, policy, optimizer, weight_average=None, batches=(8, 16)):
+def estimate_step(
+    trainer, model, signature, length, policy, optimizer, weight_average=None, batches=(8, 16), run_step=True
+):
     """The `Estimate` of `trainer`'s training step (an `engine.step_runner.StepRunner`): its
     forward and backward pass (`forward_backward`) traced at two batch sizes of `length`
     positions (at one, the batch-independent part is counted in its rows); `signature` the
-    task's (features, targets, token counts); `weight_average`: its copies are kept too."""
+    task's (features, targets, token counts); `weight_average`: its copies are kept too;
+    `run_step`: run it once at a row before the runtime is measured (`_run_once`)."""
     import tensorflow as tf
 
     from amptrain.engine.utilisation import resident_memory
@@ -227,6 +233,7 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, weight_a
     if len(counted) == 1:  # one batch size: its batch-independent part is counted in its rows
         counted.insert(0, (0, {}))
         batches = (0, *batches)
+    ran = run_step and _run_once(step, signature, length)  # the runtime below then holds it, as a run's
     (small_peak, small_kept), (large_peak, large_kept) = counted
     rows = batches[1] - batches[0]
     per_row = max(large_peak - small_peak, 0) / rows
@@ -239,8 +246,33 @@ def estimate_step(trainer, model, signature, length, policy, optimizer, weight_a
         per_row=per_row,
         kept_per_row=sum(kept.values()),
         fixed=max((resident_memory()[0] or 0) - parts["weights"] - parts["slots"], 0),  # this process's RSS
+        function_measured=ran,
         kept={f"{kind} {dtype}": round(size) for (kind, dtype), size in kept.items() if size > 0},
     )
+
+
+def _filled(spec):
+    import tensorflow as tf
+
+    if spec.dtype == tf.string:
+        return tf.fill(spec.shape, "")
+    return tf.ones(spec.shape, spec.dtype)
+
+
+def _run_once(step, signature, length):
+    """Calls `step` once on a row of ones (token 1, every position kept): TensorFlow makes a
+    function's executable graph at its first call and keeps it while the function lives, as
+    much memory again as its traced graph and more (612 MiB for SmolLM2's LoRA step, about
+    20 KB a node), none of it a tensor. Returns whether it ran: a model that refuses ones is
+    estimated without it."""
+    import tensorflow as tf
+
+    features, targets = tf.nest.map_structure(_filled, fixed_specs(signature[:2], 1, length))
+    try:
+        step(features, targets, tf.constant(1.0))
+    except tf.errors.OpError:
+        return False
+    return True
 
 
 def run_estimate(model, optimizer, weight_average=None):
