@@ -59,10 +59,11 @@ def with_precision(config, policy):
     )
 
 
-def estimate(config, make_task=None, fixed=None, run_step=True):
+def estimate(config, make_task=None, runtime=None, run_step=True):
     """The `memory.Estimate` of `config`'s training step; `make_task(config)` builds the task
-    (a `Trainer`'s), else the config's own. `fixed`: the runtime's bytes measured already;
-    `run_step`: measure it with the step run once (`memory.estimate_step`)."""
+    (a `Trainer`'s), else the config's own. `runtime`: an earlier estimate whose runtime this
+    one takes (its step is then not run again); else it is measured here, with the step run
+    once when `run_step` (`memory.estimate_step`)."""
     import keras
 
     from amptrain.bench.building import build_trainer
@@ -80,10 +81,10 @@ def estimate(config, make_task=None, fixed=None, run_step=True):
         policy,
         trainer.optimizer,
         trainer.weight_average,
-        run_step=run_step,
+        run_step=run_step and runtime is None,
     )
-    if fixed is not None:
-        found.fixed = fixed
+    if runtime is not None:
+        found.fixed, found.function_measured = runtime.fixed, runtime.function_measured
     return found
 
 
@@ -92,10 +93,10 @@ def plan(config, precisions=PRECISIONS, budget=None, make_task=None, run_step=Tr
     largest batch under `budget` (bytes) when given. `run_step` False: a user's built model,
     whose state (a norm's statistics, dropout's seeds) one step would move."""
     rows, length = rows_and_length(config)
-    plans, fixed = [], None
+    plans, first = [], None
     for policy in precisions:
-        found = estimate(with_precision(config, policy), make_task, fixed, run_step)
-        fixed = found.fixed  # the runtime once: a later build leaves the earlier's garbage behind
+        found = estimate(with_precision(config, policy), make_task, first, run_step)
+        first = first or found  # the runtime once: a later build leaves the earlier's garbage behind
         plans.append({**found.as_record(rows, budget), "positions_per_row": length, "remat": config.model.remat})
     return plans
 
