@@ -36,8 +36,11 @@ class CausalFamily:
 
 
 def llama_layer(layer, x, keep, training):
-    """Llama's and Qwen2's decoder layers: `keep` is their attention mask (they add the causal part)."""
-    return layer(x, decoder_attention_mask=keep, training=training)
+    """Llama's and Qwen2's decoder layers on `keep`, lean (`families/lean_layer.py`): keras-hub's
+    arithmetic, less held for the backward pass."""
+    from amptrain.tasks.language_model.families.lean_layer import decoder_layer
+
+    return decoder_layer(layer, x, keep, training)
 
 
 def decoder_cached(layer, x, cache, index):
