@@ -91,11 +91,12 @@ class PretrainedLanguageModel(keras.Model):
         order = ops.arange(ops.shape(ids)[1])
         causal = (order[:, None] >= order[None, :])[None]
         keep = ops.logical_and(causal, ops.equal(segments[:, :, None], segments[:, None, :]))
+        shared = self.family.shared(self.blocks[0], x) if self.family.shared else {}
         for layer in self.blocks:
             if training and self.remat == "blocks":
-                x = recomputed(layer, lambda x, layer=layer: self.family.run_layer(layer, x, keep, True), x)
+                x = recomputed(layer, lambda x, layer=layer: self.family.run_layer(layer, x, keep, True, **shared), x)
             else:
-                x = self.family.run_layer(layer, x, keep, training)
+                x = self.family.run_layer(layer, x, keep, training, **shared)
         states = self.backbone.layer_norm(x)
         if "labels" in features:
             return self.logits(states, labels=features["labels"], training=training)

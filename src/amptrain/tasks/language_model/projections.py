@@ -33,7 +33,7 @@ class _Lean:
     def call(self, inputs, training=None):
         x = _frozen_product(self, inputs)
         if self.lora_enabled:
-            adapted = ops.matmul(self._product(inputs, self.lora_kernel_a), self.lora_kernel_b)
+            adapted = last_axis_product(self._product(inputs, self.lora_kernel_a), self.lora_kernel_b)
             x = ops.cast(ops.add(x, (self.lora_alpha / self.lora_rank) * adapted), self.compute_dtype)
         if self.bias is not None:
             x = ops.add(x, self.bias)
@@ -44,18 +44,34 @@ class _Lean:
 
 class LeanDense(_Lean, keras.layers.Dense):
     def _product(self, inputs, kernel):
-        return ops.matmul(inputs, kernel)
+        return last_axis_product(inputs, kernel)
 
     def _backward(self, upstream, kernel):
-        return ops.matmul(upstream, ops.transpose(kernel))
+        return last_axis_product(upstream, kernel, transpose=True)
 
 
 class LeanEinsumDense(_Lean, keras.layers.EinsumDense):
     def _product(self, inputs, kernel):
-        return ops.einsum(self.equation, inputs, kernel)
+        return tf.einsum(self.equation, inputs, tf.convert_to_tensor(kernel))
 
     def _backward(self, upstream, kernel):
-        return ops.einsum(input_gradient_equation(self.equation), upstream, kernel)
+        return tf.einsum(input_gradient_equation(self.equation), upstream, kernel)
+
+
+def last_axis_product(x, kernel, transpose=False):
+    """x (..., inputs) times `kernel` (inputs, outputs), or its transpose: one matrix product of
+    the rows, which Keras' `ops.matmul` makes a `tensordot` of twenty-odd shape ops (a graph
+    of SmolLM2's 30 layers carried thousands, each instantiated and run every step)."""
+    kernel = tf.convert_to_tensor(kernel)
+    outputs = kernel.shape[0 if transpose else 1]
+    rows = tf.reshape(x, (-1, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]))
+    y = tf.matmul(rows, kernel, transpose_b=transpose)
+    leading = x.shape[:-1]
+    if not leading:
+        return tf.reshape(y, (outputs,))
+    if None in leading[1:]:
+        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [outputs]], axis=0))
+    return tf.reshape(y, (-1, *leading[1:], outputs))
 
 
 def _frozen_product(layer, inputs):

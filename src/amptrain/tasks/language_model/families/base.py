@@ -20,8 +20,11 @@ class CausalFamily:
     # (config.json's dict) -> keyword arguments that correct what the converter reads
     backbone_arguments: Callable = lambda config: {}
     embedding_scale: bool = False  # Gemma: the token embedding times sqrt(hidden)
-    # (decoder layer, x, keep, training) -> x: `keep` bool (batch, query, key), causal and same-document
+    # (decoder layer, x, keep, training, **shared) -> x: `keep` bool (batch, query, key), causal and same-document
     run_layer: Callable = None
+    # (first decoder layer, x) -> keyword arguments of every run_layer call of one forward pass
+    # (what all layers read alike, made once: Llama's and Qwen2's RoPE rotation); None: none
+    shared: Callable = None
     # (decoder layer, x, cache, index) -> (x, cache): one position over the layer's cache
     run_cached: Callable = None
     # Llama's and Qwen2's layers: generation runs `decoding.decoder_step` instead of run_cached
@@ -35,12 +38,19 @@ class CausalFamily:
         return HubPieces.from_checkpoint(checkpoint)
 
 
-def llama_layer(layer, x, keep, training):
+def llama_layer(layer, x, keep, training, rotation=None):
     """Llama's and Qwen2's decoder layers on `keep`, lean (`families/lean_layer.py`): keras-hub's
     arithmetic, less held for the backward pass."""
     from amptrain.tasks.language_model.families.lean_layer import decoder_layer
 
-    return decoder_layer(layer, x, keep, training)
+    return decoder_layer(layer, x, keep, training, rotation)
+
+
+def llama_shared(layer, x):
+    """RoPE's rotation of x's positions, which every Llama or Qwen2 layer applies alike."""
+    from amptrain.tasks.language_model.families.lean_layer import rotation_of
+
+    return {"rotation": rotation_of(layer, x)}
 
 
 def decoder_cached(layer, x, cache, index):

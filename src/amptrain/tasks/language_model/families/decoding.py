@@ -50,7 +50,7 @@ def decoding_weights(blocks, projections, dtype):
 def empty_cache(layer, batch, length, dtype):
     """(keys, values) of one layer, zeros of (batch, key-value heads, length, head size)."""
     attention = layer._self_attention_layer
-    shape = (batch, attention.num_key_value_heads, length, _head_size(attention))
+    shape = (batch, attention.num_key_value_heads, length, head_size(attention))
     return tf.zeros(shape, dtype), tf.zeros(shape, dtype)
 
 
@@ -59,7 +59,7 @@ def decoder_step(layer, weights, x, keys, values, index):
     from `index` on, and its cache with their keys and values written in. One position a
     step while generating; a prompt's first positions at once before (`prefill`)."""
     attention = layer._self_attention_layer
-    heads, kv_heads, size = attention.num_query_heads, attention.num_key_value_heads, _head_size(attention)
+    heads, kv_heads, size = attention.num_query_heads, attention.num_key_value_heads, head_size(attention)
     group, batch, count = heads // kv_heads, tf.shape(x)[0], tf.shape(x)[1]
     normed = layer._self_attention_layernorm(x)
     query = tf.reshape(_project(normed, weights["query"]), (batch, count, heads, size))
@@ -99,6 +99,6 @@ def _project(x, weights):
     return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[1:]], axis=0))
 
 
-def _head_size(attention):
+def head_size(attention):
     dense = attention._key_dense  # its kernel: (width, key-value heads, head size); int4 packs it
     return (getattr(dense, "float_kernel_shape", None) or dense._kernel.shape)[-1]

@@ -29,24 +29,23 @@ import keras
 import tensorflow as tf
 
 from amptrain.models.lean import after, masked_softmax
+from amptrain.tasks.language_model.families.decoding import head_size
 from amptrain.xla_modes import kernel
 
 
-def decoder_layer(layer, x, keep, training):
+def decoder_layer(layer, x, keep, training, rotation=None):
     """keras-hub's Llama or Qwen2 decoder layer (LlamaTransformerDecoder, QwenTransformerDecoder)
-    on `x` (batch, positions, width) without a cache; `keep` is the attention mask."""
+    on `x` (batch, positions, width) without a cache; `keep` is the attention mask, `rotation`
+    RoPE's (cos, sin) for these positions (`rotation(layer, x)`, the same for every layer)."""
     attention = layer._self_attention_layer
     dtype = layer.compute_dtype
+    rotary = attention.rotary_embedding_layer
+    cos, sin = rotation if rotation is not None else rotation_of(layer, x)
     normed = rms_norm(x, layer._self_attention_layernorm, dtype)
-    query = attention.rotary_embedding_layer(attention._query_dense(normed), start_index=0)
-    key = attention.rotary_embedding_layer(attention._key_dense(normed), start_index=0)
+    query = rotary._apply_rotary_pos_emb(attention._query_dense(normed), cos, sin)
+    key = rotary._apply_rotary_pos_emb(attention._key_dense(normed), cos, sin)
     value = attention._value_dense(normed)
-    key = tf.repeat(key, attention.num_key_value_groups, axis=2)  # (batch, keys, heads, size)
-    value = tf.repeat(value, attention.num_key_value_groups, axis=2)
-    scores = tf.einsum(attention._dot_product_equation, query, key)
-    scores = scores * tf.cast(attention._inv_norm_factor, scores.dtype)
-    probabilities = masked_softmax(scores, keep[:, None], dtype)
-    attended = tf.einsum(attention._combine_equation, probabilities, value)
+    attended = _grouped_attention(attention, query, key, value, keep, dtype)
     attended = attention._output_dense(attention._dropout_layer(attended, training=training))
     x = x + layer._self_attention_dropout(attended, training=training)
     normed = rms_norm(x, layer._feedforward_layernorm, dtype)
@@ -56,6 +55,30 @@ def decoder_layer(layer, x, keep, training):
     else:
         gated = up * tf.cast(layer.activation(tf.cast(gate, tf.float32)), dtype)
     return x + layer._feedforward_output_dense(gated)
+
+
+def rotation_of(layer, x):
+    """RoPE's (cos, sin), each (1, positions, 1, head size) in the compute dtype, for positions
+    0 to n - 1 of `x` (batch, n, width): keras-hub's own arithmetic (the layer's
+    `_compute_cos_sin_embedding`, with Llama 3's frequency scaling), made once a forward pass
+    instead of twice a layer."""
+    attention = layer._self_attention_layer
+    size = head_size(attention)
+    return attention.rotary_embedding_layer._compute_cos_sin_embedding(tf.zeros((1, tf.shape(x)[1], 1, size)), 0)
+
+
+def _grouped_attention(attention, query, key, value, keep, dtype):
+    """softmax(q kᵀ / sqrt(size)) v with each key-value head read by its group of query heads
+    in place (query head j reads key-value head j // group, as keras-hub's repeated keys give),
+    the keys and values not repeated: (batch, positions, heads, size) out."""
+    kv_heads, group = attention.num_key_value_heads, attention.num_key_value_groups
+    batch, positions, heads, size = (d if d is not None else tf.shape(query)[i] for i, d in enumerate(query.shape))
+    grouped = tf.reshape(query, (batch, positions, kv_heads, group, size))
+    scores = tf.einsum("btkgd,bskd->bkgts", grouped, key)
+    scores = scores * tf.cast(attention._inv_norm_factor, scores.dtype)
+    probabilities = masked_softmax(scores, keep[:, None, None], dtype)
+    attended = tf.einsum("bkgts,bskd->btkgd", probabilities, value)
+    return tf.reshape(attended, (batch, positions, heads, size))
 
 
 def rms_norm(x, norm, dtype):

@@ -8,7 +8,13 @@ Corrected: keras-hub's converter builds every RMS norm at 1e-6 (Llama 3's is 1e-
 length rotate otherwise); both are passed to the backbone from config.json here.
 """
 
-from amptrain.tasks.language_model.families.base import DECODER_PROJECTIONS, CausalFamily, decoder_cached, llama_layer
+from amptrain.tasks.language_model.families.base import (
+    DECODER_PROJECTIONS,
+    CausalFamily,
+    decoder_cached,
+    llama_layer,
+    llama_shared,
+)
 
 
 def backbone_arguments(config):
@@ -31,6 +37,7 @@ FAMILY = CausalFamily(
     converter="convert_llama3",
     backbone_arguments=backbone_arguments,
     run_layer=llama_layer,
+    shared=llama_shared,
     run_cached=decoder_cached,
     lean_decoding=True,
     projections=DECODER_PROJECTIONS,
