@@ -120,7 +120,10 @@ def gated_silu(gate, up):
 
     @tf.custom_gradient
     def forward(gate, up):
-        activated = tf.cast(tf.nn.silu(tf.cast(gate, tf.float32)), up.dtype)
+        # tf.nn.silu's arithmetic (x sigmoid(x)), not the op: a custom gradient of its own, whose
+        # IdentityN over its float32 input doctor's graph walk (engine/memory.py) counted as held.
+        g = tf.cast(gate, tf.float32)
+        activated = tf.cast(g * tf.sigmoid(g), up.dtype)
 
         def backward(dy):
             return _gated_silu_gradient(gate, up, dy)
