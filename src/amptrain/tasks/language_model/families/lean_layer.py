@@ -1,15 +1,18 @@
 """Llama's and Qwen2's decoder layer for training and scoring, lean: keras-hub's forward
 arithmetic on amptrain's mask (causal and same-document), with a backward pass that keeps
-only what its gradients need. Its sub-layers are the layer's own (the projections, LoRA's
-or a quantized base's among them, RoPE, the dropouts), called as keras-hub calls them.
+only what its gradients need, in a graph of fewer nodes. Its sub-layers are the layer's own
+(the projections, LoRA's or a quantized base's among them, the dropouts), called as
+keras-hub calls them; RoPE's rotation is keras-hub's arithmetic too.
 
-    x = decoder_layer(layer, x, keep, training)   # keep: bool (batch, query, key)
+    shared = {"rotation": rotation_of(first_layer, x)}   # once a forward pass
+    x = decoder_layer(layer, x, keep, training, **shared)   # keep: bool (batch, query, key)
 
 Under a mixed policy keras-hub's layer keeps, for each decoder layer and position, float32
 copies its gradients do not need: each RMS norm's float32 input (and its normalised product
 when the scale trains), the feed-forward gate in float32 (SiLU runs in float32, as
 `torch.nn.functional.silu` does) and its activation's cast, and the attention's float32
-probabilities beside their cast. Here:
+probabilities beside their cast; and the keys and values repeated to every query head.
+Here:
 
 - `rms_norm` keeps its input in the compute dtype and one float32 number a position (the
   reciprocal root mean square), and recomputes the normalised input when the backward pass
@@ -17,11 +20,15 @@ probabilities beside their cast. Here:
 - `gated_silu` (up × SiLU(gate) in float32, cast as keras-hub does) keeps the gate and the up
   projection in the compute dtype, and its backward pass is one XLA kernel (in a training step
   with `runtime.fused_kernels`);
-- the softmax is `models.lean.masked_softmax`, which keeps only the cast probabilities.
+- the softmax is `models.lean.masked_softmax`, which keeps only the cast probabilities;
+- each key-value head is read in place by its group of query heads (`_grouped_attention`);
+- RoPE's cos and sin are made once a forward pass, where keras-hub made them twice a layer
+  (a few hundred graph nodes each, with Llama 3's frequency scaling).
 
-On SmolLM2-135M at 8 × 128 positions that is about 16 MiB less a layer (480 for its 30) held
-for the backward pass, and fewer, shorter ops. Each gradient equals autodiff's through
-keras-hub's layer to rounding (tests/tasks/language_model/test_lean_layer.py). A layer whose
+On SmolLM2-135M with LoRA at 8 × 128 positions, with the projections' own products
+(`projections.py`), the whole `fit`'s peak went from 3.7 to 3.0 GiB and the step's function
+from 23,800 graph nodes to 15,100 (docs/benchmarks.md). Each gradient equals autodiff's
+through keras-hub's layer to rounding (tests/pretrained/test_lean_layer.py). A layer whose
 activation is not SiLU runs its activation as keras-hub does.
 """
 
