@@ -82,7 +82,7 @@ def test_the_language_model_and_the_translator_recompute_to_the_same_step(tiny_t
 
 @pytest.mark.parametrize("base", ["float32", pytest.param("int8", marks=pytest.mark.slow)])
 def test_a_pretrained_decoder_recomputes_to_the_same_step(tmp_path, base):
-    """LoRA on a pretrained Llama: keras-hub's layers, the lean projections' own gradient and
+    """LoRA on a pretrained Llama: the lean decoder layer, the lean projections' own gradient and
     dropout inside each recomputed layer."""
     from pretrained.test_causal import folder
 
@@ -92,7 +92,8 @@ def test_a_pretrained_decoder_recomputes_to_the_same_step(tmp_path, base):
         f'[model]\npretrained = "{folder("llama3")}"\n[train]\nbatch_size = 2\nlora_rank = 2\n'
         f'lora_targets = "query,value,down"\nbase_weights = "{base}"\n'
     )
-    assert_same(*same_step(str(tmp_path / "tiny.toml")))
+    # float32 sums in another order with each layer recomputed (seen: 1.01e-6 of the largest)
+    assert_same(*same_step(str(tmp_path / "tiny.toml")), rtol=4e-6)
     kept = {}
     for remat in ("none", "blocks"):
         config = config_lib.load_config(str(tmp_path / "tiny.toml"), [("model.remat", remat)])

@@ -48,6 +48,9 @@ def test_the_lean_layer_is_keras_hubs_layer_forward_and_backward(family, policy)
     def ours(x, keep):
         return decoder_layer(layer, x, keep, True)
 
+    from amptrain.tasks.language_model.families import lean_layer
+
+    assert layer.activation in lean_layer._SILU  # the gated SiLU's own backward pass is what runs
     got, expected = outputs_and_gradients(ours, layer, x, keep), outputs_and_gradients(theirs, layer, x, keep)
     # float32: summed in other orders (seen: 6e-7); bfloat16: gradients rounded at other places (8e-3)
     tolerance = 2e-6 if policy == "float32" else 2**-6

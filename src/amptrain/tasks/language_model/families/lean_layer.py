@@ -39,11 +39,13 @@ from amptrain.models.lean import after, masked_softmax
 from amptrain.tasks.language_model.families.decoding import head_size
 from amptrain.xla_modes import kernel
 
+_SILU = (keras.ops.silu, keras.activations.silu)  # keras-hub's backbones pass the first
+
 
 def decoder_layer(layer, x, keep, training, rotation=None):
     """keras-hub's Llama or Qwen2 decoder layer (LlamaTransformerDecoder, QwenTransformerDecoder)
     on `x` (batch, positions, width) without a cache; `keep` is the attention mask, `rotation`
-    RoPE's (cos, sin) for these positions (`rotation(layer, x)`, the same for every layer)."""
+    RoPE's (cos, sin) for these positions (`rotation_of(layer, x)`, the same for every layer)."""
     attention = layer._self_attention_layer
     dtype = layer.compute_dtype
     rotary = attention.rotary_embedding_layer
@@ -57,7 +59,7 @@ def decoder_layer(layer, x, keep, training, rotation=None):
     x = x + layer._self_attention_dropout(attended, training=training)
     normed = rms_norm(x, layer._feedforward_layernorm, dtype)
     gate, up = layer._feedforward_gate_dense(normed), layer._feedforward_intermediate_dense(normed)
-    if layer.activation is keras.activations.silu:
+    if layer.activation in _SILU:
         gated = gated_silu(gate, up)
     else:
         gated = up * tf.cast(layer.activation(tf.cast(gate, tf.float32)), dtype)
