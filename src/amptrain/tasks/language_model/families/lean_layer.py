@@ -26,7 +26,7 @@ Here:
   (a few hundred graph nodes each, with Llama 3's frequency scaling).
 
 On SmolLM2-135M with LoRA at 8 × 128 positions, with the projections' own products
-(`projections.py`), the whole `fit`'s peak went from 3.7 to 3.0 GiB and the step's function
+(`projections.py`), the whole `fit`'s peak went from 3.7 to 2.7 GiB and the step's function
 from 23,800 graph nodes to 15,100 (docs/benchmarks.md). Each gradient equals autodiff's
 through keras-hub's layer to rounding (tests/pretrained/test_lean_layer.py). A layer whose
 activation is not SiLU runs its activation as keras-hub does.
@@ -129,8 +129,8 @@ def gated_silu(gate, up):
 
     @tf.custom_gradient
     def forward(gate, up):
-        # tf.nn.silu's arithmetic (x sigmoid(x)), not the op: a custom gradient of its own, whose
-        # IdentityN over its float32 input doctor's graph walk (engine/memory.py) counted as held.
+        # tf.nn.silu's arithmetic (x sigmoid(x)), not the op, which is a custom gradient of its
+        # own: its wrapper (an IdentityN over the float32 gate) has no use inside this one.
         g = tf.cast(gate, tf.float32)
         activated = tf.cast(g * tf.sigmoid(g), up.dtype)
 
