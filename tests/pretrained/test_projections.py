@@ -9,11 +9,13 @@ import pytest
 import tensorflow as tf
 from pretrained.test_transformers_export import lora_task
 
+from amptrain import xla_modes
 from amptrain.tasks.language_model.base_weights import projection_layers
 from amptrain.tasks.language_model.lora import merge_lora
 from amptrain.tasks.language_model.projections import (
     LeanDense,
     LeanEinsumDense,
+    frozen_kernel,
     input_gradient_equation,
     lean_projections,
 )
@@ -75,8 +77,8 @@ def test_a_frozen_projection_computes_what_keras_does(kind, policy):
 def test_an_int8_projection_computes_what_keras_does(kind, policy):
     """Keras' int8 Dense scales the product, the lean call the kernel: the same to rounding
     (under mixed_bfloat16, against Keras' layer in float32: its own int8 gradient for a bfloat16
-    input fails in eager mode); an int4 one keeps Keras' call."""
-    from keras.quantizers import Int4QuantizationConfig, Int8QuantizationConfig
+    input fails in eager mode)."""
+    from keras.quantizers import Int8QuantizationConfig
 
     ours, _ = pair(kind, policy)
     _, theirs = pair(kind, "float32")
@@ -92,9 +94,43 @@ def test_an_int8_projection_computes_what_keras_does(kind, policy):
     tolerance = 1e-5 if policy == "float32" else 3e-2  # the scale applied to the kernel, not the product
     for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
         assert a.shape == b.shape and np.abs(a - b).max() <= tolerance * max(np.abs(b).max(), 1)
-    int4, _ = pair(kind, policy, inputs=256)
-    int4.quantize("int4", config=Int4QuantizationConfig())
-    assert lean_projections([int4]) == 0
+
+
+@pytest.mark.parametrize("kind", ["dense", "einsum"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_an_int4_projection_in_blocks_computes_what_keras_does(kind, policy):
+    """Keras' int4 call dequantizes with each row's block scale and zero point gathered, the
+    lean one by a reshape of the rows into blocks: the same kernel, so the same outputs and
+    input gradient bit for bit; adapters' gradients to rounding. Rows not a whole number of
+    blocks keep Keras' call."""
+    from keras.quantizers import Int4QuantizationConfig
+
+    ours, theirs = pair(kind, policy, inputs=64)
+    x = tf.constant(np.random.RandomState(1).normal(0, 1, (2, 3, 64)), ours.compute_dtype)
+    for layer in (ours, theirs):
+        layer.quantize("int4", config=Int4QuantizationConfig(block_size=16))
+        for v in layer.weights:
+            v.trainable = False
+    assert lean_projections([ours]) == 1
+    for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
+    in_a_step = tf.function(lambda: frozen_kernel(ours), autograph=False)
+    with xla_modes.scope(False, kernels=True):  # as a training step builds it: one XLA computation
+        graph = in_a_step.get_concrete_function().graph
+    assert any(op.node_def.attr["_XlaMustCompile"].b for op in graph.get_operations())
+    with xla_modes.scope(False, kernels=True):
+        assert np.array_equal(in_a_step().numpy(), frozen_kernel(ours).numpy())
+    for layer in (ours, theirs):
+        layer.enable_lora(2, lora_alpha=4)
+        for v in (layer.lora_kernel_a, layer.lora_kernel_b):
+            v.assign(np.random.RandomState(2).normal(0, 0.5, v.shape).astype(np.float32))
+    tolerance = 1e-5 if policy == "float32" else 3e-2
+    for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
+        assert a.shape == b.shape and np.abs(a - b).max() <= tolerance * max(np.abs(b).max(), 1)
+    uneven, _ = pair(kind, policy, inputs=40)
+    uneven.quantize("int4", config=Int4QuantizationConfig(block_size=16))
+    uneven.trainable = False
+    assert lean_projections([uneven]) == 0
 
 
 def test_the_input_gradient_equation():

@@ -13,14 +13,19 @@ backward one too. Here the input's gradient is dy K^T from a fresh cast, and A a
 theirs through the two small products alone. Keras' int8 call leaves the adapters unmerged,
 but dequantizes the kernel for the backward pass from the forward pass's reads, which
 TensorFlow may run as soon as it can; here it is dequantized once the backward pass reaches
-the layer. Keras' int4 call is kept: dequantizing its groups again in the backward pass saved
-47 MiB of a SmolLM2 run's peak and cost 17% of its speed. A layer of another class or
-quantization, or an equation whose input gradient is not one einsum, is left as it is.
+the layer. Keras' int4 call (in blocks of inputs) has the same race and dequantizes through a
+gather of each row's block scale and zero point: three float32 tensors of the kernel's size
+a kernel, all of them at the step's start when the executor runs them at once; here a kernel
+is one XLA loop from the packed codes to the compute dtype (`_int4_kernel`), for the backward
+pass once it reaches the layer. A layer of another class or quantization, or an equation
+whose input gradient is not one einsum, is left as it is.
 """
 
 import keras
 import tensorflow as tf
 from keras import ops
+
+from amptrain.xla_modes import kernel as xla_kernel
 
 
 class _Lean:
@@ -104,10 +109,40 @@ def frozen_kernel(layer):
     dtype = layer.compute_dtype
     if mode is None:
         return ops.cast(tf.convert_to_tensor(layer._kernel.value), dtype)
+    if mode == "int4":
+        scale, zero = (ops.cast(v, "float32") for v in (layer.kernel_scale, layer.kernel_zero))  # Keras' zero: int8
+        flat = _int4_kernel(tf.convert_to_tensor(layer._kernel), scale, zero, _int4_columns(layer), dtype)
+        return tf.reshape(flat, getattr(layer, "original_kernel_shape", flat.shape))
     scale = ops.cast(layer.kernel_scale, dtype)  # int8: in the compute dtype, as Keras' call reads it
     if isinstance(layer, keras.layers.EinsumDense):
         scale = layer._adjust_scale_for_dequant(scale)
     return ops.divide(ops.cast(layer._kernel, dtype), scale)
+
+
+@xla_kernel
+def _int4_kernel(packed, scale, zero, columns, dtype):
+    # Keras' arithmetic (its `dequantize_with_sz_map`): (code - zero) * scale in float32, cast
+    # to the compute dtype, the block of a row its index // block size; here by a reshape.
+    codes = keras.quantizers.unpack_int4(packed, columns, axis=-1, dtype="int8")
+    blocks, outputs = scale.shape
+    grouped = tf.reshape(tf.cast(codes, "float32"), (blocks, -1, outputs))
+    return tf.cast(tf.reshape((grouped - zero[:, None]) * scale[:, None], (-1, outputs)), dtype)
+
+
+def _int4_columns(layer):
+    """The unpacked kernel's columns (Keras packs two a byte along them)."""
+    if isinstance(layer, keras.layers.EinsumDense):
+        return layer._int4_unpacked_column_size
+    return layer._orig_output_dim
+
+
+def _int4_in_blocks(layer):
+    """Whether `layer`'s int4 kernel has a scale and zero point for each block of whole rows
+    (Keras' sub-channel layout, its rows a multiple of the block), which `_int4_kernel` reads."""
+    block = getattr(layer, "_int4_block_size", None)
+    if block in (None, -1) or getattr(layer, "kernel_zero", None) is None:
+        return False
+    return layer.kernel_scale.shape[0] * block == layer._kernel.shape[0]
 
 
 def input_gradient_equation(equation):
@@ -126,14 +161,16 @@ LEAN = {keras.layers.Dense: LeanDense, keras.layers.EinsumDense: LeanEinsumDense
 
 
 def lean_projections(layers):
-    """Each of `layers` whose kernel is frozen (float or int8), of Keras' own Dense or
-    EinsumDense, given the lean call (its class swapped for the subclass; its weights untouched). Returns
-    how many were."""
+    """Each of `layers` whose kernel is frozen (float, int8, or int4 in blocks of rows), of
+    Keras' own Dense or EinsumDense, given the lean call (its class swapped for the subclass;
+    its weights untouched). Returns how many were."""
     swapped = 0
     for layer in layers:
         lean = LEAN.get(type(layer))
         mode = getattr(layer, "quantization_mode", None)
-        if lean is None or mode not in (None, "int8") or layer._kernel.trainable:
+        if lean is None or mode not in (None, "int8", "int4") or layer._kernel.trainable:
+            continue
+        if mode == "int4" and not _int4_in_blocks(layer):
             continue
         if getattr(layer, "inputs_quantizer", None) is not None:  # int8 activations too: Keras' call
             continue
