@@ -17,8 +17,8 @@ forward pass it reads) and the backward pass's own temporaries at their largest.
 
 What it cannot see: the runtime itself (TensorFlow, the thread pools, oneDNN's kernels and
 caches, the step's traced and instantiated graphs), measured here as this process's resident
-memory with the model built and its step run once at a row, without its weights; the
-allocator's slack; kernels that write a copy the graph does not show.
+memory with the model built and its step run once at a row (its freed pages given back),
+without its weights; the allocator's slack; kernels that write a copy the graph does not show.
 """
 
 import collections
@@ -234,6 +234,7 @@ def estimate_step(
         counted.insert(0, (0, {}))
         batches = (0, *batches)
     ran = run_step and _run_once(step, signature, length)  # the runtime below then holds it, as a run's
+    _return_free_pages()
     (small_peak, small_kept), (large_peak, large_kept) = counted
     rows = batches[1] - batches[0]
     per_row = max(large_peak - small_peak, 0) / rows
@@ -273,6 +274,22 @@ def _run_once(step, signature, length):
     except tf.errors.OpError:
         return False
     return True
+
+
+def _return_free_pages():
+    """The C allocator's free pages given back to the system (glibc's `malloc_trim`) before the
+    resident memory is read: the step run once freed its tensors (a full fine-tuning's float32
+    gradients: the weights' size), but their pages stayed in malloc's arenas, and the runtime
+    counted them besides the gradients and activations the estimate counts (5,733 MiB for
+    SmolLM2's full float32 fine-tuning against a 4,656 MiB peak). Nothing elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # no C library found, or not glibc
+        pass
 
 
 def run_estimate(model, optimizer, weight_average=None):
