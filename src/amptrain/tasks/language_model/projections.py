@@ -21,6 +21,8 @@ pass once it reaches the layer. A layer of another class or quantization, or an 
 whose input gradient is not one einsum, is left as it is.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -36,7 +38,7 @@ class _Lean:
         return self.call(inputs, training=training)
 
     def call(self, inputs, training=None):
-        x = _frozen_product(self, inputs)
+        x = _frozen_product(self, inputs, training)
         if self.lora_enabled:
             adapted = last_axis_product(self._product(inputs, self.lora_kernel_a), self.lora_kernel_b)
             x = ops.cast(ops.add(x, (self.lora_alpha / self.lora_rank) * adapted), self.compute_dtype)
@@ -79,14 +81,18 @@ def last_axis_product(x, kernel, transpose=False):
     return tf.reshape(y, (-1, *leading[1:], outputs))
 
 
-def _frozen_product(layer, inputs):
+def _frozen_product(layer, inputs, training=None):
     # The kernel in the compute dtype (Keras' autocast) for the forward product only. A read
     # nothing waits for runs when the step starts (TensorFlow's executor runs what is ready):
     # the forward's casts are all made then and freed as the forward pass uses them, before
     # the backward pass, whose own casts wait for its gradients (below); waiting for the input
-    # here too saved no peak and made the forward pass wait. A tensor, not the variable: a
+    # here too saved no peak and made the forward pass wait. Not training (an evaluation, op
+    # by op: no XLA kernel), an int4 kernel's dequantization makes float32 temporaries twice
+    # its bfloat16 size, every layer's at once: SmolLM2's dev score after its steps peaked
+    # 260 MiB above them. There the read waits for the input. A tensor, not the variable: a
     # variable read inside a custom gradient's function asks it for a gradient.
-    kernel = frozen_kernel(layer)
+    with contextlib.nullcontext() if training else tf.control_dependencies([inputs]):
+        kernel = frozen_kernel(layer)
 
     @ops.custom_gradient
     def product(x):
