@@ -12,12 +12,29 @@ from amptrain.engine.memory import Estimate
 
 def test_the_parts_add_up_and_the_largest_batch_fits_the_budget():
     estimate = Estimate("float32", 400, 400, 800, 100, 1000.0, 600.0, 2**20, 100, 100)
-    assert estimate.total(0) == 2**20 + 1700
-    assert estimate.total(10) == 2**20 + 1700 + 10_000
-    budget = 2**20 + 1700 + 20_500  # room for 20.5 rows: 16, the multiple of 8 below
+    assert estimate.total(0) == 2**20 + 1300  # the gradients (400) are within the step's peak (static)
+    assert estimate.total(10) == 2**20 + 1300 + 10_000
+    budget = 2**20 + 1300 + 20_500  # room for 20.5 rows: 16, the multiple of 8 below
     assert estimate.largest_batch(budget) == 16
     assert estimate.largest_batch(budget, multiple=1) == 20
     assert estimate.largest_batch(2**20) == 0
+
+
+def test_the_steps_walk_holds_what_the_step_returns_to_its_end():
+    """A gradient is made while activations are still alive and held to the step's end: the walk
+    counts it from its op on, and freed neither at its last read within the step."""
+    import tensorflow as tf
+
+    from amptrain.engine.memory import graph_memory
+
+    def step(x):  # 1,000 float32s
+        early = x * 2.0  # returned: 4,000 bytes
+        late = tf.tile(tf.reshape(tf.reduce_sum(early), (1,)), (10_000,))  # 40,000, after early's last read
+        return tf.reduce_sum(late), early
+
+    traced = tf.function(step, autograph=False).get_concrete_function(tf.TensorSpec((1000,), tf.float32))
+    peak, _ = graph_memory(traced.graph, traced.outputs[0], traced.outputs)
+    assert 44_000 <= peak < 45_000  # freed at its last read, the peak was 40,004
 
 
 def test_trainer_memory_counts_your_variables_by_hand(tmp_path):
