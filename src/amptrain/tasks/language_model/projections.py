@@ -16,8 +16,8 @@ TensorFlow may run as soon as it can; here it is dequantized once the backward p
 the layer. Keras' int4 call (in blocks of inputs) has the same race and dequantizes through a
 gather of each row's block scale and zero point: three float32 tensors of the kernel's size
 a kernel, all of them at the step's start when the executor runs them at once; here a kernel
-is one XLA loop from the packed codes to the compute dtype (`_int4_kernel`), for the backward
-pass once it reaches the layer. A layer of another class or quantization, or an equation
+is one XLA loop from the packed codes to the compute dtype in any graph (`_int4_kernel`), for
+the backward pass once it reaches the layer. A layer of another class or quantization, or an equation
 whose input gradient is not one einsum, is left as it is.
 """
 
@@ -26,8 +26,6 @@ import contextlib
 import keras
 import tensorflow as tf
 from keras import ops
-
-from amptrain.xla_modes import kernel as xla_kernel
 
 
 class _Lean:
@@ -117,7 +115,8 @@ def frozen_kernel(layer):
         return ops.cast(tf.convert_to_tensor(layer._kernel.value), dtype)
     if mode == "int4":
         scale, zero = (ops.cast(v, "float32") for v in (layer.kernel_scale, layer.kernel_zero))  # Keras' zero: int8
-        flat = _int4_kernel(tf.convert_to_tensor(layer._kernel), scale, zero, _int4_columns(layer), dtype)
+        dequantize = _int4_compiled if tf.inside_function() else _int4_kernel
+        flat = dequantize(tf.convert_to_tensor(layer._kernel), scale, zero, _int4_columns(layer), dtype)
         return tf.reshape(flat, getattr(layer, "original_kernel_shape", flat.shape))
     scale = ops.cast(layer.kernel_scale, dtype)  # int8: in the compute dtype, as Keras' call reads it
     if isinstance(layer, keras.layers.EinsumDense):
@@ -125,14 +124,20 @@ def frozen_kernel(layer):
     return ops.divide(ops.cast(layer._kernel, dtype), scale)
 
 
-@xla_kernel
 def _int4_kernel(packed, scale, zero, columns, dtype):
     # Keras' arithmetic (its `dequantize_with_sz_map`): (code - zero) * scale in float32, cast
     # to the compute dtype, the block of a row its index // block size; here by a reshape.
+    # In a graph (a training step, an evaluation) one XLA computation, whatever the step's
+    # kernels (`xla_modes`): the same numbers, with no float32 temporary. Op by op, an
+    # evaluation's dequantizations and their twenty-odd ops each took 230 MiB more than the
+    # training steps of a SmolLM2 run on an int4 base.
     codes = keras.quantizers.unpack_int4(packed, columns, axis=-1, dtype="int8")
     blocks, outputs = scale.shape
     grouped = tf.reshape(tf.cast(codes, "float32"), (blocks, -1, outputs))
     return tf.cast(tf.reshape((grouped - zero[:, None]) * scale[:, None], (-1, outputs)), dtype)
+
+
+_int4_compiled = tf.function(_int4_kernel, jit_compile=True, autograph=False)
 
 
 def _int4_columns(layer):
