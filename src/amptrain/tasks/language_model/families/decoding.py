@@ -22,6 +22,8 @@ with adapters on all seven projections, 32 rows in bf16, a step takes a third of
 
 import tensorflow as tf
 
+from amptrain.tasks.language_model.projections import last_axis_product
+
 
 def decoding_weights(blocks, projections, dtype):
     """[{projection: (kernel (inputs, outputs), bias or None)}] of each decoder layer, in `dtype`,
@@ -94,9 +96,8 @@ def _write(cache, rows, index):
 def _project(x, weights):
     """x (..., inputs) times the kernel (inputs, outputs), plus the bias."""
     kernel, bias = weights
-    y = tf.matmul(tf.reshape(x, (-1, tf.shape(kernel)[0])), kernel)
-    y = y if bias is None else y + bias
-    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[1:]], axis=0))
+    y = last_axis_product(x, kernel)
+    return y if bias is None else y + bias
 
 
 def head_size(attention):
