@@ -17,8 +17,8 @@ the layer. Keras' int4 call (in blocks of inputs) has the same race and dequanti
 gather of each row's block scale and zero point: three float32 tensors of the kernel's size
 a kernel, all of them at the step's start when the executor runs them at once; here a kernel
 is one XLA loop from the packed codes to the compute dtype in any graph (`_int4_kernel`), for
-the backward pass once it reaches the layer. A layer of another class or quantization, or an equation
-whose input gradient is not one einsum, is left as it is.
+the backward pass once it reaches the layer. A layer of another class or quantization, or an
+equation whose input gradient is not one einsum, is left as it is.
 """
 
 import contextlib
@@ -84,11 +84,12 @@ def _frozen_product(layer, inputs, training=None):
     # nothing waits for runs when the step starts (TensorFlow's executor runs what is ready):
     # the forward's casts are all made then and freed as the forward pass uses them, before
     # the backward pass, whose own casts wait for its gradients (below); waiting for the input
-    # here too saved no peak and made the forward pass wait. Not training (an evaluation, op
-    # by op: no XLA kernel), an int4 kernel's dequantization makes float32 temporaries twice
-    # its bfloat16 size, every layer's at once: SmolLM2's dev score after its steps peaked
-    # 260 MiB above them. There the read waits for the input. A tensor, not the variable: a
-    # variable read inside a custom gradient's function asks it for a gradient.
+    # here too saved no peak and made the forward pass wait. Not training (an evaluation),
+    # the read waits for the layer's input: there, with int4's dequantization op by op, every
+    # layer's float32 temporaries came at once (SmolLM2's dev score peaked 260 MiB above its
+    # steps); compiled now (`_int4_kernel`), a layer's kernels are still made only when its
+    # input is. A tensor, not the variable: a variable read inside a custom gradient's
+    # function asks it for a gradient.
     with contextlib.nullcontext() if training else tf.control_dependencies([inputs]):
         kernel = frozen_kernel(layer)
 
