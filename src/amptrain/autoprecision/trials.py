@@ -177,9 +177,6 @@ def release(trials=(), fresh_names=False):
 
         keras.backend.clear_session()
     gc.collect()
-    try:
-        import ctypes
+    from amptrain.engine.utilisation import return_free_pages
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the memory is free for the process all the same
-        pass
+    return_free_pages()

@@ -227,7 +227,7 @@ def estimate_step(
     `run_step`: run it once at a row before the runtime is measured (`_run_once`)."""
     import tensorflow as tf
 
-    from amptrain.engine.utilisation import resident_memory
+    from amptrain.engine.utilisation import resident_memory, return_free_pages
 
     counted = []
     # A function of its own: the runner's relaxes its shapes (`reduce_retracing`), and this
@@ -242,7 +242,9 @@ def estimate_step(
         counted.insert(0, (0, {}))
         batches = (0, *batches)
     ran = run_step and _run_once(step, signature, length)  # the runtime below then holds it, as a run's
-    _return_free_pages()
+    # The step run once freed its tensors, but some of their pages stayed in malloc's arenas,
+    # and the runtime counted them besides the step's own (SmolLM2's: about 100 MiB).
+    return_free_pages()
     (small_peak, small_kept), (large_peak, large_kept) = counted
     rows = batches[1] - batches[0]
     per_row = max(large_peak - small_peak, 0) / rows
@@ -282,21 +284,6 @@ def _run_once(step, signature, length):
     except tf.errors.OpError:
         return False
     return True
-
-
-def _return_free_pages():
-    """The C allocator's free pages given back to the system (glibc's `malloc_trim`) before the
-    resident memory is read: the step run once freed its tensors, but some of their pages stayed
-    in malloc's arenas, and the runtime counted them besides the step's own (SmolLM2's: about
-    100 MiB, LoRA or full fine-tuning). Nothing where the C library is not glibc."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):  # no C library found, or not glibc
-        pass
 
 
 def run_estimate(model, optimizer, weight_average=None):

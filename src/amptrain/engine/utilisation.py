@@ -129,3 +129,15 @@ class Utilisation:
     def figures(self, window):
         memory, peak_memory = memory_in_use()
         return {"memory_bytes": memory, "peak_memory_bytes": peak_memory, "mfu": self.mfu(window)}
+
+
+def return_free_pages():
+    """The C allocator's free pages given back to the system (glibc's `malloc_trim`), so that
+    the resident memory read next is what the process holds. Nothing where the C library is
+    not glibc: the memory is free for the process all the same."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
