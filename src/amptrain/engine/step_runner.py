@@ -38,12 +38,14 @@ and backward pass between their matrix products (xla_modes.py). A
 device, inside the compiled step).
 """
 
+import gc
 from typing import NamedTuple
 
 import tensorflow as tf
 
 from amptrain import xla_modes
 from amptrain.distribute import is_single_device
+from amptrain.engine.utilisation import return_free_pages
 
 # Why a graph call stopped early (the `stop` total).
 RUNNING, SCALE_AT_FLOOR, TOO_MANY_SKIPS, NONFINITE_LOSS = 0, 1, 2, 3
@@ -106,24 +108,36 @@ class StepRunner:
         # are built in an XLA scope; `fused_kernels`: the layers' kernels (xla_modes.py).
         self.jit_mode, self.fused_kernels = jit_compile, fused_kernels
         whole = xla_modes.whole(jit_compile)
-        # No AutoGraph in the trainer (docs/architecture.md, "No AutoGraph in the trainer"):
-        # converting the step from its source cost ~1.7 s of a 7 s tiny fit in every process.
-        self.forward_backward = tf.function(
-            self._forward_backward_impl, jit_compile=whole, reduce_retracing=True, autograph=False
-        )
         # One replica (the default strategy, OneDeviceStrategy) has no merge_call across
         # replica threads, so XLA can compile the whole step after the iterator pull:
         # forward, backward, reduce, skip decision, AdamW's update, scaler and counters.
         self.fused = bool(fuse_step and whole) and is_single_device(strategy)
+        self._training_functions()
+        self._predict_step = tf.function(self._predict_impl, jit_compile=whole, reduce_retracing=True, autograph=False)
+        self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True, autograph=False)
+
+    def _training_functions(self):
+        # No AutoGraph in the trainer (docs/architecture.md, "No AutoGraph in the trainer"):
+        # converting the step from its source cost ~1.7 s of a 7 s tiny fit in every process.
+        whole = xla_modes.whole(self.jit_mode)
+        self.forward_backward = tf.function(
+            self._forward_backward_impl, jit_compile=whole, reduce_retracing=True, autograph=False
+        )
+        self._step_fn = self._step_into_totals
         if self.fused:
             self._step_fn = tf.function(
                 self._step_into_totals, jit_compile=True, reduce_retracing=True, autograph=False
             )
-        else:
-            self._step_fn = self._step_into_totals
-        self._predict_step = tf.function(self._predict_impl, jit_compile=whole, reduce_retracing=True, autograph=False)
         self._train_loop = tf.function(self._train_loop_impl, autograph=False)
-        self._predict_loop = tf.function(self._predict_loop_impl, reduce_retracing=True, autograph=False)
+
+    def release_training(self):
+        """Drops the training call's traced and instantiated graphs, for a run whose steps are
+        over (before its final test): TensorFlow keeps a function's executable graph while the
+        function lives, ~170 MiB of SmolLM2's LoRA step beside its test's generation. A later
+        `train` traces again."""
+        self._training_functions()
+        gc.collect()  # a traced function's graph is held in reference cycles
+        return_free_pages()
 
     def counters(self):
         """The trackables a checkpoint must hold besides the model and optimizer."""
