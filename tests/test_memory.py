@@ -18,6 +18,11 @@ def test_the_parts_add_up_and_the_largest_batch_fits_the_budget():
     assert estimate.largest_batch(budget) == 16
     assert estimate.largest_batch(budget, multiple=1) == 20
     assert estimate.largest_batch(2**20) == 0
+    assert estimate.run_total(10) == estimate.total(10)  # no evaluation holds more
+    estimate.evaluation = {"decoding_weights": 15_000, "caches": 5_000}  # generated replies
+    assert estimate.run_total(10) == 2**20 + 1200 + 20_000  # fixed, weights, slots and the generation's parts
+    assert estimate.run_total(30) == estimate.total(30)  # 30 rows' step holds more
+    assert estimate.as_record(10)["run_total_bytes"] == 2**20 + 21_200
 
 
 def test_the_steps_walk_holds_what_the_step_returns_to_its_end():

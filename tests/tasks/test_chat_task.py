@@ -111,3 +111,23 @@ def test_a_text_score_for_chat_data_an_unknown_one_or_chat_without_a_template_is
     task, _ = chat_task(tmp_path / "gpt2", pretrained=os.path.join(os.path.dirname(TINY), "tiny-gpt2"))
     with pytest.raises(ConfigError, match=r"tiny-gpt2: no chat template"):
         task.prepare(("train",))
+
+
+def test_what_generated_replies_hold_beside_the_model_counted_by_hand(tmp_path):
+    """tiny-qwen2: 2 layers of width 16, 2 query heads and 1 key-value head of 8, a feed-forward
+    of 32, biases on query, key and value; float32. What `doctor --memory` adds for chat data."""
+    task, _ = chat_task(tmp_path)
+    task.prepare(("train",))
+    model = task.build_model("float32")
+    layer = 16 * 16 + 16 + 2 * (16 * 8 + 8) + 16 * 16 + 3 * 16 * 32  # q, k and v with biases, o, gate, up, down
+    made = sum(
+        k.numpy().nbytes + (0 if b is None else b.numpy().nbytes)
+        for w in model.decoding_weights()
+        for k, b in w.values()
+    )
+    assert made == model.decoding_bytes() == 2 * layer * 4
+    assert task.evaluation_memory(model) == {
+        "decoding_weights": 2 * layer * 4,
+        "caches": 32 * 2 * 2 * 1 * 64 * 8 * 4,  # rows, layers, keys and values, heads, positions, head size
+        "logits": 32 * model.backbone.vocabulary_size * 4 * 2,
+    }

@@ -85,6 +85,7 @@ def estimate(config, make_task=None, runtime=None, run_step=True):
     )
     if runtime is not None:
         found.fixed, found.function_measured = runtime.fixed, runtime.function_measured
+    found.evaluation = task.evaluation_memory(model)
     return found
 
 
@@ -174,6 +175,13 @@ def format_plans(plans):
         if len(by_dtype) > 1 or p.get("trainable_weights_bytes", p["weights_bytes"]) < p["weights_bytes"]:
             held = ", ".join(f"{dtype} {_mib(size)}" for dtype, size in by_dtype.items())
             lines.append(f"{p['policy']} weights: {held}; trained (adapters) {_mib(p['trainable_weights_bytes'])}")
+    for p in plans:  # an evaluation that holds more than the model (a chat run's generated replies)
+        if p.get("evaluation_bytes"):
+            parts = ", ".join(f"{part.replace('_', ' ')} {_mib(size)}" for part, size in p["evaluation_bytes"].items())
+            lines.append(
+                f"{p['policy']} evaluation: {parts} beside the weights and runtime; "
+                f"the run's peak {_mib(p['run_total_bytes'])}"
+            )
     lines.append(
         "a row: the step's peak of tensors alive a row of the batch, (kept) of which the forward pass "
         "keeps for the backward; runtime: TensorFlow's own, measured in this process with the step made"

@@ -3,6 +3,7 @@
     estimate = estimate_step(trainer, model, task.signature(), 128, "mixed_bfloat16", optimizer)
     estimate.total(batch_size)          # bytes: fixed + weights + slots + the step's (gradients in it)
     estimate.largest_batch(4 * 2**30)   # the largest multiple of 8 under a budget
+    estimate.run_total(8)               # the steps' total or an evaluation's, the larger
     estimate.kept_by_kind()             # what the backward pass keeps a row, by op and dtype
 
 The weights, the gradients (float32, one a trainable variable) and the optimizer's slots are
@@ -63,9 +64,15 @@ class Estimate:
     trainable_weights: int = 0  # of `weights`, the trained ones' (LoRA: the adapters)
     weights_by_dtype: dict = dataclasses.field(default_factory=dict)  # {"int8": bytes, ...}: a quantized base
     function_measured: bool = False  # `fixed` holds the step's instantiated function
+    evaluation: dict = dataclasses.field(default_factory=dict)  # {part: bytes}: `Task.evaluation_memory`
 
     def total(self, batch_size):
         return int(self.fixed + self.weights + self.slots + self.static + batch_size * self.per_row)
+
+    def run_total(self, batch_size):
+        """The run's peak: its steps', or an evaluation's that holds more (generated replies)."""
+        evaluating = self.fixed + self.weights + self.slots + sum(self.evaluation.values())
+        return int(max(self.total(batch_size), evaluating))
 
     def largest_batch(self, budget, multiple=8):
         """The largest batch (a multiple of `multiple`) whose total stays under `budget`, or 0."""
@@ -86,8 +93,11 @@ class Estimate:
             "runtime_bytes": self.fixed,
             "runtime_holds_the_step_function": self.function_measured,
         }
+        if self.evaluation:
+            record["evaluation_bytes"] = dict(self.evaluation)
         if batch_size:
             record.update(batch_size=batch_size, total_bytes=self.total(batch_size))
+            record["run_total_bytes"] = self.run_total(batch_size)
         if budget:
             record.update(memory_limit_bytes=budget, largest_batch=self.largest_batch(budget))
         return record

@@ -231,6 +231,11 @@ class Task(abc.ABC):
         `quick`: an evaluation between training steps, which may score a cheaper way
         (translation decodes the first `decode.dev_sentences` greedily)."""
 
+    def evaluation_memory(self, model):
+        """{part: bytes} an evaluation holds beside the model and the runtime, where that can
+        pass a training step's (a language model's generated replies); none by default."""
+        return {}
+
     def write_export(self, fmt, model, path, precision="float32", quantize=None):
         """Writes `model` (built in float32, a checkpoint's weights) in one of `export_formats`
         into the folder `path`, its weights in `precision` (or quantized: `quantize`, a format's

@@ -180,6 +180,22 @@ def generate_replies(task, model, prompts, settings=None):
     return replies
 
 
+def generation_memory(task, model):
+    """{part: bytes} that scoring generated replies holds beside the model (`generate_replies`:
+    GENERATE_ROWS rows, their caches as long as the context at most): the decoding weights,
+    the caches, a step's float32 logits and what picks from them."""
+    import tensorflow as tf
+
+    one_row = model.empty_caches(1, task.config.data.max_length)
+    cache = sum(tensor.shape.num_elements() * tensor.dtype.size for tensor in tf.nest.flatten(one_row))
+    vocabulary = getattr(model, "vocabulary_size", None) or model.backbone.vocabulary_size
+    return {
+        "decoding_weights": int(model.decoding_bytes()),
+        "caches": GENERATE_ROWS * cache,
+        "logits": GENERATE_ROWS * vocabulary * 4 * 2,
+    }
+
+
 def replies(task, model, user_texts, system=None):
     """`predict --chat`: each text as a user's message (after `system`'s, if given), the
     model's reply generated as `[generate]` says, to the end token; records {"messages",

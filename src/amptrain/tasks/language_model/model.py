@@ -156,6 +156,9 @@ class LanguageModel(keras.Model):
         """What `step` needs made once a generation: nothing (the blocks read their own weights)."""
         return None
 
+    def decoding_bytes(self):
+        return 0
+
     def step(self, token_ids, index, caches, weights=None):
         """(logits (batch, vocabulary) of the piece after position `index`, the caches with it):
         `token_ids` (batch,) is the piece at `index`, one document from position 0."""

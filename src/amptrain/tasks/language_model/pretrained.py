@@ -122,6 +122,13 @@ class PretrainedLanguageModel(keras.Model):
         dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
         return decoding.decoding_weights(self.blocks, self.family.projections, dtype)
 
+    def decoding_bytes(self):
+        """What `decoding_weights` holds, counted from the shapes."""
+        if not self.family.lean_decoding:
+            return 0
+        dtype = keras.dtype_policies.get(self.layers_dtype).compute_dtype
+        return decoding.decoding_bytes(self.blocks, self.family.projections, dtype)
+
     def step(self, token_ids, index, caches, weights=None):
         """(logits (batch, vocabulary) of the piece after position `index`, the caches with it);
         `weights`: `decoding_weights()`, made here when not given."""

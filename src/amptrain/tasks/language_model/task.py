@@ -339,6 +339,11 @@ class LanguageModelTask(Task):
                 f.write(json.dumps({"split": split_name, "files": split.examples, **metrics}) + "\n")
         return metrics
 
+    def evaluation_memory(self, model):
+        """Chat data: what scoring generated replies holds beside the model
+        (`conversations.generation_memory`)."""
+        return conversations.generation_memory(self, model) if self.is_chat else {}
+
     def _scored_nats(self, split_name, predict):
         """(the nats of every scored piece of the split, their number)."""
         import tensorflow as tf
