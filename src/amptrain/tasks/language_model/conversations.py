@@ -171,10 +171,11 @@ def generate_replies(task, model, prompts, settings=None):
     prompts = [ids[-room:] for ids in prompts]  # a long prompt: its end
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     replies = [""] * len(prompts)
+    weights = model.decoding_weights()  # once, not a batch: a quantized base's are read off its calls
     for first in range(0, len(prompts), GENERATE_ROWS):
         rows = order[first : first + GENERATE_ROWS]
         padded, lengths = generation.padded_prompts([prompts[i] for i in rows])
-        out = generation.generate(model, padded, lengths, task.eod_id, settings).numpy()
+        out = generation.generate(model, padded, lengths, task.eod_id, settings, weights).numpy()
         for i, r, n in zip(rows, out, lengths):
             replies[i] = task.tokenizer.decode(generation.continuation(r, n, task.eod_id))
     return replies

@@ -64,19 +64,20 @@ def check(settings, context=None, before=0):
 KEYS = tuple(f"generate.{field.name}" for field in dataclasses.fields(Settings))
 
 
-def generate(model, prompt_ids, prompt_lengths, eod_id, settings):
+def generate(model, prompt_ids, prompt_lengths, eod_id, settings, weights=None):
     """(batch, length) int32: each row its prompt, then its continuation, then -1.
     `prompt_ids` (batch, length of the longest prompt); the settings as tensors or numbers.
-    The decoding weights are made here, eagerly, and handed to the traced loop: made inside
-    it, a quantized base's kernels (read off its call on an identity matrix) left 1.2 GiB of
-    SmolLM2's int4 graph alive after the generation."""
+    The decoding weights (`weights`: `model.decoding_weights()`, made here when not given;
+    batches of one generation share them) are made eagerly and handed to the traced loop:
+    made inside it, a quantized base's kernels (read off its call on an identity matrix) left
+    1.2 GiB of SmolLM2's int4 graph alive after the generation."""
     return _generate(
         model,
         tf.convert_to_tensor(prompt_ids, tf.int32),
         tf.convert_to_tensor(prompt_lengths, tf.int32),
         tf.constant(eod_id, tf.int32),
         *(tf.convert_to_tensor(v, d) for v, d in zip(dataclasses.astuple(settings), SETTING_DTYPES)),
-        weights=model.decoding_weights(),
+        weights=model.decoding_weights() if weights is None else weights,
     )
 
 
