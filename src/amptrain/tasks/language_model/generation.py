@@ -105,7 +105,7 @@ def _loop(model, prompt_ids, prompt_lengths, eod_id, max_new, temperature, top_k
     out = tf.where(tf.range(length)[None] < prompt_lengths[:, None], out, -1)
     limit = tf.minimum(prompt_lengths + max_new, length)  # a row's length at most
     # Positions past the longest row's limit are never written or read: the caches stop there
-    # (a chat test's 32 rows of 40-60 prompt pieces and 96 new: two thirds of 256 positions).
+    # (the chat config's test: prompts of a few dozen pieces and 96 new ones, of 256 positions).
     caches = model.empty_caches(batch, tf.reduce_max(limit))
     keys = prompt_keys(out, prompt_lengths, seed)
 
