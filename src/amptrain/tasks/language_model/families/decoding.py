@@ -24,6 +24,7 @@ import math
 
 import tensorflow as tf
 
+from amptrain.tasks.language_model.lora import block_layers
 from amptrain.tasks.language_model.projections import last_axis_product
 
 
@@ -36,7 +37,7 @@ def decoding_weights(blocks, projections, dtype):
     weights = []
     for block in blocks:
         found = {}
-        for name, layer in _projection_layers(block, projections):
+        for name, layer in zip(projections, block_layers([block], projections, list(projections))):
             kernel = computed_kernel(layer) if is_quantized(layer) else layer.kernel
             inputs = kernel.shape[0] * (kernel.shape[1] if name == "output" else 1)  # output: heads x head size
             bias = getattr(layer, "bias", None)
@@ -51,20 +52,10 @@ def decoding_weights(blocks, projections, dtype):
 def decoding_bytes(blocks, projections, dtype):
     """The bytes `decoding_weights` makes, from the layers' shapes (nothing made)."""
     size = 0
-    for block in blocks:
-        for _, layer in _projection_layers(block, projections):
-            shape = getattr(layer, "float_kernel_shape", None) or layer._kernel.shape  # int4 packs `_kernel`
-            bias = getattr(layer, "bias", None)
-            size += math.prod(shape) + (0 if bias is None else math.prod(bias.shape))
+    for layer in block_layers(blocks, projections, list(projections)):
+        bias = getattr(layer, "bias", None)
+        size += math.prod(_float_kernel_shape(layer)) + (0 if bias is None else math.prod(bias.shape))
     return size * tf.as_dtype(dtype).size
-
-
-def _projection_layers(block, projections):
-    for name, path in projections.items():
-        layer = block
-        for attribute in path.split("."):
-            layer = getattr(layer, attribute)
-        yield name, layer
 
 
 def empty_cache(layer, batch, length, dtype):
@@ -119,5 +110,9 @@ def _project(x, weights):
 
 
 def head_size(attention):
-    dense = attention._key_dense  # its kernel: (width, key-value heads, head size); int4 packs it
-    return (getattr(dense, "float_kernel_shape", None) or dense._kernel.shape)[-1]
+    return _float_kernel_shape(attention._key_dense)[-1]  # (width, key-value heads, head size)
+
+
+def _float_kernel_shape(layer):
+    """The kernel's shape as the layer multiplies by it (an int4 base packs `_kernel`)."""
+    return getattr(layer, "float_kernel_shape", None) or layer._kernel.shape
