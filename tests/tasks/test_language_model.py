@@ -15,7 +15,7 @@ from conftest import assert_only_amptrains
 import amptrain
 from amptrain.engine.run_log import read_metrics
 from amptrain.errors import DataError
-from amptrain.tasks.language_model import corpus, vocabulary
+from amptrain.tasks.language_model import corpus, generation, vocabulary
 from amptrain.tasks.language_model.blocks import BlockPlan, scores, segments_and_positions
 from amptrain.tasks.language_model.cross_entropy import summed_cross_entropy, token_cross_entropy
 from amptrain.tasks.language_model.generation import Settings, continuation, generate, greedy_by_recomputing
@@ -158,12 +158,15 @@ def test_sampling_under_a_seed_repeats_and_the_filters_hold():
 def test_a_sampled_continuation_depends_on_its_prompt_and_seed_only_not_on_the_batch():
     model, eod = tiny_model(seed=5), 1
     settings = Settings(max_new_tokens=10, temperature=1.0, seed=3)
+    traced = generation._generate.experimental_get_tracing_count()
     alone = generate(model, np.array([[eod, 7, 8]], np.int32), np.array([3], np.int32), eod, settings).numpy()
     batch = np.array([[eod, 30, -1], [eod, 7, 8], [eod, 7, 8]], np.int32)  # second and third: the same prompt
     together = generate(model, batch, np.array([2, 3, 3], np.int32), eod, settings).numpy()
     assert together[1].tolist() == together[2].tolist() == alone[0].tolist()
     reseeded = generate(model, batch[1:2], np.array([3], np.int32), eod, Settings(10, 1.0, seed=4)).numpy()
     assert reseeded[0].tolist() != alone[0].tolist()
+    # traced once for every batch and prompt length (each trace keeps its graph)
+    assert generation._generate.experimental_get_tracing_count() == traced + 1
 
 
 def test_bits_per_byte_are_nats_over_bytes_and_every_piece_is_scored_once():
