@@ -25,6 +25,16 @@ def test_the_parts_add_up_and_the_largest_batch_fits_the_budget():
     assert estimate.as_record(10)["run_total_bytes"] == 2**20 + 21_200
 
 
+def test_runtime_growth_is_what_a_call_leaves_resident():
+    import numpy as np
+
+    from amptrain.engine.memory import runtime_growth
+
+    kept = []
+    assert runtime_growth(lambda: kept.append(np.ones(64 * 2**20 // 8))) >= 60 * 2**20  # 64 MiB written, kept
+    assert runtime_growth(lambda: np.ones(64 * 2**20 // 8).sum()) < 16 * 2**20  # freed when it returns
+
+
 def test_the_steps_walk_holds_what_the_step_returns_to_its_end():
     """A gradient is made while activations are still alive and held to the step's end: the walk
     counts it from its op on, and freed neither at its last read within the step."""

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from amptrain.config import config_from_dict
 from amptrain.errors import ConfigError, DataError
 from amptrain.tasks import create_task
+from amptrain.tasks.language_model import generation
 from amptrain.tasks.language_model.chat import ChatTemplate, encode_conversation
 from amptrain.tasks.language_model.conversations import looks_like_chat
 
@@ -131,3 +132,7 @@ def test_what_generated_replies_hold_beside_the_model_counted_by_hand(tmp_path):
         "caches": 32 * 2 * 2 * 1 * 64 * 8 * 4,  # rows, layers, keys and values, heads, positions, head size
         "logits": 32 * model.backbone.vocabulary_size * 4 * 2,
     }
+    # what the estimate measures the generation's function by: one traced and run
+    traced = generation._generate.experimental_get_tracing_count()
+    assert task.warm_up_evaluation(model) is True
+    assert generation._generate.experimental_get_tracing_count() == traced + 1

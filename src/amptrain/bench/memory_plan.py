@@ -86,6 +86,10 @@ def estimate(config, make_task=None, runtime=None, run_step=True):
     if runtime is not None:
         found.fixed, found.function_measured = runtime.fixed, runtime.function_measured
     found.evaluation = task.evaluation_memory(model)
+    if found.evaluation and runtime is not None:
+        found.evaluation["functions"] = runtime.evaluation.get("functions", 0)
+    elif found.evaluation and run_step:  # the generation's function made once, measured
+        found.evaluation["functions"] = memory.runtime_growth(lambda: task.warm_up_evaluation(model))
     return found
 
 

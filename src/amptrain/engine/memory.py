@@ -272,6 +272,18 @@ def estimate_step(
     )
 
 
+def runtime_growth(run):
+    """The resident memory `run()` leaves behind (its freed pages given back before and after):
+    what the functions it traced and made keep while they live."""
+    from amptrain.engine.utilisation import resident_memory, return_free_pages
+
+    return_free_pages()
+    before = resident_memory()[0] or 0
+    run()
+    return_free_pages()
+    return max((resident_memory()[0] or 0) - before, 0)
+
+
 def _filled(spec):
     import tensorflow as tf
 

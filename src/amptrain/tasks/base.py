@@ -236,6 +236,12 @@ class Task(abc.ABC):
         pass a training step's (a language model's generated replies); none by default."""
         return {}
 
+    def warm_up_evaluation(self, model):
+        """Runs once, at the smallest size, what such an evaluation makes functions for, so that
+        a memory estimate measures the runtime they keep (a language model's generation);
+        returns whether there was anything to run."""
+        return False
+
     def write_export(self, fmt, model, path, precision="float32", quantize=None):
         """Writes `model` (built in float32, a checkpoint's weights) in one of `export_formats`
         into the folder `path`, its weights in `precision` (or quantized: `quantize`, a format's

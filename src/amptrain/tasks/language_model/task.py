@@ -344,6 +344,15 @@ class LanguageModelTask(Task):
         (`conversations.generation_memory`)."""
         return conversations.generation_memory(self, model) if self.is_chat else {}
 
+    def warm_up_evaluation(self, model):
+        """Chat data: a reply of 2 pieces to a 1-piece prompt (the generation's function traced
+        and made, as scoring replies makes it)."""
+        if not self.is_chat:
+            return False
+        settings = dataclasses.replace(self.config.generate, temperature=0.0, max_new_tokens=2)
+        conversations.generate_replies(self, model, [[self.eod_id]], settings)
+        return True
+
     def _scored_nats(self, split_name, predict):
         """(the nats of every scored piece of the split, their number)."""
         import tensorflow as tf
