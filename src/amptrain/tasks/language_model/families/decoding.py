@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from amptrain.tasks.language_model.base_weights import is_quantized, summed_input_shape
 from amptrain.tasks.language_model.lora import block_layers
-from amptrain.tasks.language_model.projections import last_axis_product
+from amptrain.tasks.language_model.projections import frozen_kernel, last_axis_product
 
 
 def decoding_weights(blocks, projections, dtype):
@@ -112,15 +112,34 @@ def _write(cache, rows, index):
 
 
 def _project(x, weights):
-    """x (batch, positions, inputs) times the kernel (inputs, outputs), plus the bias; or a
-    quantized projection's call (its input axes as its equation reads them)."""
+    """x (batch, positions, inputs) times the kernel (inputs, outputs), plus the bias; or by a
+    quantized projection (`_quantized_project`)."""
     if not isinstance(weights, tuple):
-        lead = tf.shape(x)[:2]
-        y = weights(tf.reshape(x, tf.concat([lead, summed_input_shape(weights)], axis=0)))
-        return tf.reshape(y, tf.concat([lead, [-1]], axis=0))
+        return _quantized_project(x, weights)
     kernel, bias = weights
     y = last_axis_product(x, kernel)
     return y if bias is None else y + bias
+
+
+def _quantized_project(x, layer):
+    """What the lean call of a quantized projection computes (`projections._Lean`): x K, K
+    dequantized to the compute dtype now (`frozen_kernel`), + (alpha / rank) (x A) B, + the
+    bias, as products of rows (Keras' call and its custom gradient: a hundred-odd nodes a
+    projection where the tiny Llama's takes 41 here). A's axes are the kernel's but its last
+    (the rank's), B's (rank, the kernel's last): the adapters' product is a grouped one."""
+    inputs = math.prod(summed_input_shape(layer))
+    rows = tf.reshape(x, (-1, inputs))
+    with tf.control_dependencies([rows]):  # made when the step reaches it: else all 210 at its start
+        kernel = tf.reshape(frozen_kernel(layer), (inputs, -1))
+    y = tf.matmul(rows, kernel)
+    if layer.lora_enabled:
+        a = tf.reshape(tf.cast(layer.lora_kernel_a, x.dtype), (inputs, -1))
+        low = tf.reshape(tf.matmul(rows, a), (-1, layer.lora_rank))
+        adapted = tf.reshape(tf.matmul(low, tf.cast(layer.lora_kernel_b, x.dtype)), tf.shape(y))
+        y = y + tf.cast(layer.lora_alpha / layer.lora_rank, x.dtype) * adapted
+    if layer.bias is not None:
+        y = y + tf.reshape(tf.cast(layer.bias, x.dtype), (-1,))
+    return tf.reshape(y, tf.concat([tf.shape(x)[:2], [-1]], axis=0))
 
 
 def head_size(attention):
