@@ -333,6 +333,8 @@ class _Loop:
         average = self.trainer.weight_average
         with average.applied() if average is not None else contextlib.nullcontext():
             if self.job.has_dev and (step % self.eval_every == 0 or step == self.steps):
+                if step == self.steps:  # no step follows: the evaluation (a generation) takes its memory
+                    self.trainer.release_training()
                 metrics = self.job.evaluate("dev", self.job.model, self.trainer.predict, None, quick=True)
                 # best_metric holds the value with its sign turned so that higher is better.
                 value = metrics[self.job.primary_metric] * (1 if self.job.higher_is_better else -1)

@@ -132,9 +132,9 @@ class StepRunner:
 
     def release_training(self):
         """Drops the training call's traced and instantiated graphs, for a run whose steps are
-        over (before its final test): TensorFlow keeps a function's executable graph while the
-        function lives, ~170 MiB of SmolLM2's LoRA step beside its test's generation. A later
-        `train` traces again."""
+        over (before its last dev evaluation and its final test): TensorFlow keeps a function's
+        executable graph while the function lives, ~170 MiB of SmolLM2's LoRA step beside its
+        generated replies. A later `train` traces again."""
         self._training_functions()
         gc.collect()  # a traced function's graph is held in reference cycles
         return_free_pages()
