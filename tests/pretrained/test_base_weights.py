@@ -41,11 +41,7 @@ def randomized_adapters(model):
 
 
 # int4 on Gemma (keras-hub's cached call, no lean decoding) is slow; Llama's int8 decodes lean
-@pytest.mark.parametrize(
-    "mode, family",
-    [("int8", "llama3")]
-    + [pytest.param(m, f, marks=pytest.mark.slow) for m, f in (("int4", "llama3"), ("int4", "gemma"))],
-)
+@pytest.mark.parametrize("mode, family", [("int8", "llama3"), pytest.param("int4", "gemma", marks=pytest.mark.slow)])
 def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_pass(tmp_path, mode, family):
     task, model = lora_task(tmp_path, family, base_weights=mode)
     layers = projection_layers(model)
@@ -68,10 +64,6 @@ def test_a_quantized_base_computes_its_float_twin_and_generates_as_its_forward_p
     cached = generation.generate(model, prompt[None], [5], task.eod_id, generation.Settings(4)).numpy()[0]
     reference = generation.greedy_by_recomputing(model, prompt, task.eod_id, 4)
     assert generation.continuation(cached, 5, task.eod_id).tolist() == reference.tolist()
-    # decoded from the quantized kernels (Llama's lean step calls the layers): no float copy made
-    assert model.decoding_bytes() == 0
-    if model.family.lean_decoding:
-        assert all(p in layers for w in model.decoding_weights() for p in w.values())
 
 
 @pytest.mark.parametrize(

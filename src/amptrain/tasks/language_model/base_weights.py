@@ -210,14 +210,6 @@ def computed_kernel(layer):
     return keras.ops.einsum(f"{inputs}{output}->{kernel}", probed)
 
 
-def summed_input_shape(layer):
-    """The input axes `layer` multiplies over, as its call reads them ((width,) for a Dense,
-    (heads, head size) for an attention output's EinsumDense)."""
-    shape = layer.float_kernel_shape
-    inputs, kernel, _ = _subscripts(layer, len(shape))
-    return [shape[kernel.index(axis)] for axis in inputs]
-
-
 def _subscripts(layer, rank):
     """(the input's summed axes, the kernel's axes, the output's own axes) of the layer's
     einsum, batch and position axes left out (Dense: "i", "io", "o")."""

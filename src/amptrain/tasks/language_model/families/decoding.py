@@ -6,10 +6,6 @@
     x, keys, values = decoder_step(layer, weights[i], x, keys, values, index)   # x (batch, positions, width)
 
 A prompt's first positions go through `decoder_step` at once (a prefill), then one a step.
-A quantized base (`train.base_weights` int8 or int4) decodes from its quantized kernels: its
-projections' own calls, each kernel dequantized when a step reaches it and the adapters added
-unmerged, so no compute-dtype copy of the base is made (SmolLM2-135M's: 202 MiB in bfloat16),
-at about a quarter more time a step (docs/benchmarks.md).
 
 keras-hub's call is written for any shape, and a position at a time it pays for that: with
 LoRA each projection merges kernel + (alpha / rank) A B and casts it on every call; the keys
@@ -28,24 +24,21 @@ import math
 
 import tensorflow as tf
 
-from amptrain.tasks.language_model.base_weights import is_quantized, summed_input_shape
 from amptrain.tasks.language_model.lora import block_layers
-from amptrain.tasks.language_model.projections import frozen_kernel, last_axis_product
+from amptrain.tasks.language_model.projections import last_axis_product
 
 
 def decoding_weights(blocks, projections, dtype):
-    """[{projection: (kernel (inputs, outputs), bias or None), or a quantized base's layer}] of
-    each decoder layer: float kernels in `dtype` with the adapters merged (`layer.kernel`, as
-    Keras computes it in the layer's call); a quantized projection is the layer itself, called
-    a step at a time (`_project`)."""
+    """[{projection: (kernel (inputs, outputs), bias or None)}] of each decoder layer, in `dtype`,
+    adapters merged (`layer.kernel`, as Keras computes it in the layer's call; a quantized
+    base's kernel dequantized as its call computes it: `base_weights.computed_kernel`)."""
+    from amptrain.tasks.language_model.base_weights import computed_kernel, is_quantized
+
     weights = []
     for block in blocks:
         found = {}
         for name, layer in zip(projections, block_layers([block], projections, list(projections))):
-            if is_quantized(layer):
-                found[name] = layer
-                continue
-            kernel = layer.kernel
+            kernel = computed_kernel(layer) if is_quantized(layer) else layer.kernel
             inputs = kernel.shape[0] * (kernel.shape[1] if name == "output" else 1)  # output: heads x head size
             bias = getattr(layer, "bias", None)
             found[name] = (
@@ -60,8 +53,6 @@ def decoding_bytes(blocks, projections, dtype):
     """The bytes `decoding_weights` makes, from the layers' shapes (nothing made)."""
     size = 0
     for layer in block_layers(blocks, projections, list(projections)):
-        if is_quantized(layer):
-            continue
         bias = getattr(layer, "bias", None)
         size += math.prod(_float_kernel_shape(layer)) + (0 if bias is None else math.prod(bias.shape))
     return size * tf.as_dtype(dtype).size
@@ -112,34 +103,10 @@ def _write(cache, rows, index):
 
 
 def _project(x, weights):
-    """x (batch, positions, inputs) times the kernel (inputs, outputs), plus the bias; or by a
-    quantized projection (`_quantized_project`)."""
-    if not isinstance(weights, tuple):
-        return _quantized_project(x, weights)
+    """x (..., inputs) times the kernel (inputs, outputs), plus the bias."""
     kernel, bias = weights
     y = last_axis_product(x, kernel)
     return y if bias is None else y + bias
-
-
-def _quantized_project(x, layer):
-    """What the lean call of a quantized projection computes (`projections._Lean`): x K, K
-    dequantized to the compute dtype now (`frozen_kernel`), + (alpha / rank) (x A) B, + the
-    bias, as products of rows (Keras' call and its custom gradient: a hundred-odd nodes a
-    projection where the tiny Llama's takes 41 here). A's axes are the kernel's but its last
-    (the rank's), B's (rank, the kernel's last): the adapters' product is a grouped one."""
-    inputs = math.prod(summed_input_shape(layer))
-    rows = tf.reshape(x, (-1, inputs))
-    with tf.control_dependencies([rows]):  # made when the step reaches it: else all 210 at its start
-        kernel = tf.reshape(frozen_kernel(layer), (inputs, -1))
-    y = tf.matmul(rows, kernel)
-    if layer.lora_enabled:
-        a = tf.reshape(tf.cast(layer.lora_kernel_a, x.dtype), (inputs, -1))
-        low = tf.reshape(tf.matmul(rows, a), (-1, layer.lora_rank))
-        adapted = tf.reshape(tf.matmul(low, tf.cast(layer.lora_kernel_b, x.dtype)), tf.shape(y))
-        y = y + tf.cast(layer.lora_alpha / layer.lora_rank, x.dtype) * adapted
-    if layer.bias is not None:
-        y = y + tf.reshape(tf.cast(layer.bias, x.dtype), (-1,))
-    return tf.reshape(y, tf.concat([tf.shape(x)[:2], [-1]], axis=0))
 
 
 def head_size(attention):
