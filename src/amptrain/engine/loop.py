@@ -140,8 +140,7 @@ class _Loop:
         self.epoch_loss = [0.0, 0]  # the training loss's sum and steps since the interval began
 
     def run(self, start_step):
-        """Trains from `start_step` to the end (or an early stop); callbacks are told of the
-        run's beginning and, unless it was interrupted, of its end."""
+        """Trains from `start_step` to the end or an early stop, telling callbacks (unless interrupted)."""
         if self.callbacks is not None:
             epochs = -(-self.steps // self.eval_every)
             self.callbacks.train_begin(self.job.model, self.trainer.optimizer, epochs, self.eval_every)

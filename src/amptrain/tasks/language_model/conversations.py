@@ -181,6 +181,14 @@ def generate_replies(task, model, prompts, settings=None):
     return replies
 
 
+def warm_up(task, model):
+    """A reply of 2 pieces to a 1-piece prompt: the generation's function traced and made, as
+    scoring replies makes it (what `doctor --memory` measures it by). Returns True."""
+    settings = dataclasses.replace(task.config.generate, temperature=0.0, max_new_tokens=2)
+    generate_replies(task, model, [[task.eod_id]], settings)
+    return True
+
+
 def generation_memory(task, model):
     """{part: bytes} that scoring generated replies holds beside the model (`generate_replies`:
     GENERATE_ROWS rows, their caches as long as the context at most): the decoding weights,

@@ -340,18 +340,12 @@ class LanguageModelTask(Task):
         return metrics
 
     def evaluation_memory(self, model):
-        """Chat data: what scoring generated replies holds beside the model
-        (`conversations.generation_memory`)."""
+        """Chat data: what its generated replies hold (`conversations.generation_memory`)."""
         return conversations.generation_memory(self, model) if self.is_chat else {}
 
     def warm_up_evaluation(self, model):
-        """Chat data: a reply of 2 pieces to a 1-piece prompt (the generation's function traced
-        and made, as scoring replies makes it)."""
-        if not self.is_chat:
-            return False
-        settings = dataclasses.replace(self.config.generate, temperature=0.0, max_new_tokens=2)
-        conversations.generate_replies(self, model, [[self.eod_id]], settings)
-        return True
+        """Chat data: a reply generated once (`conversations.warm_up`)."""
+        return self.is_chat and conversations.warm_up(self, model)
 
     def _scored_nats(self, split_name, predict):
         """(the nats of every scored piece of the split, their number)."""
@@ -372,17 +366,13 @@ class LanguageModelTask(Task):
 
     def predict_texts(self, texts, model, predict):
         """Each prompt continued as `[generate]` says: {"text", "generated"}."""
-        from amptrain.tasks.language_model.generation import continuation, generate
-
         settings = self.config.generate
         if not texts:
             return []
         prompts, lengths = self.prompt_ids(texts, settings.max_new_tokens)
-        out = generate(model, prompts, lengths, self.eod_id, settings).numpy()
-        records = []
-        for text, row, length in zip(texts, out, lengths):
-            records.append({"text": text, "generated": self.tokenizer.decode(continuation(row, length, self.eod_id))})
-        return records
+        out = generation.generate(model, prompts, lengths, self.eod_id, settings).numpy()
+        ids = [generation.continuation(row, length, self.eod_id) for row, length in zip(out, lengths)]
+        return [{"text": text, "generated": self.tokenizer.decode(i)} for text, i in zip(texts, ids)]
 
     def prompt_ids(self, texts, max_new_tokens):
         """(batch, longest) prompt ids, each the pieces that start a document (`framing`) then
