@@ -62,8 +62,9 @@ def with_precision(config, policy):
 def estimate(config, make_task=None, runtime=None, run_step=True):
     """The `memory.Estimate` of `config`'s training step; `make_task(config)` builds the task
     (a `Trainer`'s), else the config's own. `runtime`: an earlier estimate whose runtime this
-    one takes (its step is then not run again); else it is measured here, with the step run
-    once when `run_step` (`memory.estimate_step`)."""
+    one takes (its step and an evaluation's functions are then not run again); else it is
+    measured here, with the step run once when `run_step` (`memory.estimate_step`), and so is
+    what an evaluation's functions keep (`Task.warm_up_evaluation`)."""
     import keras
 
     from amptrain.bench.building import build_trainer
@@ -83,11 +84,11 @@ def estimate(config, make_task=None, runtime=None, run_step=True):
         trainer.weight_average,
         run_step=run_step and runtime is None,
     )
+    found.evaluation = task.evaluation_memory(model)
     if runtime is not None:
         found.fixed, found.function_measured = runtime.fixed, runtime.function_measured
-    found.evaluation = task.evaluation_memory(model)
-    if found.evaluation and runtime is not None:
-        found.evaluation["functions"] = runtime.evaluation.get("functions", 0)
+        if found.evaluation:
+            found.evaluation["functions"] = runtime.evaluation.get("functions", 0)
     elif found.evaluation and run_step:  # the generation's function made once, measured
         found.evaluation["functions"] = memory.runtime_growth(lambda: task.warm_up_evaluation(model))
     return found
